@@ -1,0 +1,142 @@
+//! The fold operator on the in-memory store: post-metric events over 1,000
+//! accounts folded with the social-metrics rules (key_union of metric
+//! names, set of post ids, closing after 100 events), committing state
+//! every 5,000 records as the runtime does about every 100 ms.
+//!
+//! `cargo bench --bench fold`
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::json;
+use streamfold::formats::json as json_format;
+use streamfold::record::{Origin, Record};
+use streamfold::runtime::task::{Routing, Task};
+use streamfold::state::memory::MemoryBackend;
+use streamfold::topology::{self, Topology};
+
+const TOPOLOGY: &str = "
+name: bench
+kafka: { bootstrap_servers: 'unused:9092' }
+sources:
+  post_metrics: { topic: post-metric-updated }
+nodes:
+  fold_account:
+    type: fold
+    input: post_metrics
+    key_field: account_id
+    fields:
+      metrics: { rule: key_union, from: /metrics }
+      posts: { rule: set, from: /post_id }
+    quiet_for: 5s
+    max_wait: 1m
+    max_events: 100
+sinks:
+  folded: { topic: folded, input: fold_account }
+";
+
+const EVENTS: usize = 100_000;
+const ACCOUNTS: usize = 1_000;
+const COMMIT_EVERY: usize = 5_000;
+const METRICS: [&str; 6] = [
+    "likes",
+    "shares",
+    "comments",
+    "impressions",
+    "saves",
+    "views",
+];
+
+fn events() -> Vec<(Vec<u8>, Vec<u8>)> {
+    (0..EVENTS)
+        .map(|i| {
+            let account = format!("account_{}", (i * 7919) % ACCOUNTS);
+            let value = json!({
+                "post_id": format!("post_{}", i % 50),
+                "account_id": account,
+                "metrics": {METRICS[i % 6]: i % 97, METRICS[(i / 6) % 6]: i % 13},
+            });
+            (account.into_bytes(), json_format::encode(&value))
+        })
+        .collect()
+}
+
+fn task(topology: &Arc<Topology>) -> Task {
+    let stores = topology.stores().count();
+    let mut task = Task::new(
+        Arc::clone(topology),
+        Box::new(MemoryBackend::new(stores)),
+        Routing::Direct,
+    )
+    .unwrap();
+    task.start().unwrap();
+    task
+}
+
+/// Feeds every event; `decoded` (moved in, built outside the timing)
+/// skips JSON parsing to isolate the operator.
+fn run(
+    task: &mut Task,
+    events: &[(Vec<u8>, Vec<u8>)],
+    decoded: Option<Vec<serde_json::Value>>,
+) -> usize {
+    let mut decoded = decoded.map(Vec::into_iter);
+    let mut outputs = Vec::with_capacity(1024);
+    let mut emitted = 0;
+    for (i, (key, payload)) in events.iter().enumerate() {
+        let origin = Origin {
+            topic: "post-metric-updated",
+            partition: 0,
+            offset: i as i64,
+            key: Some(key),
+            payload: Some(payload),
+            headers: &[],
+        };
+        let value = match &mut decoded {
+            Some(values) => Ok(values.next().unwrap()),
+            None => json_format::decode(payload),
+        };
+        let record = value.map(|value| Record::new(Some(key.clone().into_boxed_slice()), value, 0));
+        task.process_source(0, &origin, record, &mut outputs)
+            .unwrap();
+        if i % COMMIT_EVERY == COMMIT_EVERY - 1 {
+            emitted += outputs.len();
+            outputs.clear();
+            let state = task.state();
+            let entries = state.changelog().unwrap();
+            state.committed(entries, &[]).unwrap();
+        }
+    }
+    emitted + outputs.len()
+}
+
+fn fold(c: &mut Criterion) {
+    let topology = Arc::new(topology::load_str("bench.yaml", TOPOLOGY, &|_| None).unwrap());
+    let events = events();
+    let decoded: Vec<serde_json::Value> = events
+        .iter()
+        .map(|(_, p)| json_format::decode(p).unwrap())
+        .collect();
+    let mut group = c.benchmark_group("fold");
+    group.throughput(Throughput::Elements(EVENTS as u64));
+    group.sample_size(20);
+    group.bench_function("decoded_events", |b| {
+        b.iter_batched(
+            || (task(&topology), decoded.clone()),
+            |(mut task, decoded)| black_box(run(&mut task, &events, Some(decoded))),
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("json_bytes_events", |b| {
+        b.iter_batched(
+            || task(&topology),
+            |mut task| black_box(run(&mut task, &events, None)),
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, fold);
+criterion_main!(benches);

@@ -1,0 +1,160 @@
+//! JSON values: decoding, encoding, and a total order for merging.
+
+use std::cmp::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::record::Timestamp;
+
+/// Parses a record value. The error says what is wrong and where, for the
+/// dead letter's reason header.
+pub fn decode(bytes: &[u8]) -> Result<Value, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("value is not valid JSON: {e}"))
+}
+
+pub fn encode(value: &Value) -> Vec<u8> {
+    // Serializing a `Value` cannot fail: its map keys are strings.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// "a string", "an object", ... for messages.
+pub fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn rank(value: &Value) -> u8 {
+    match value {
+        Value::Null => 0,
+        Value::Bool(_) => 1,
+        Value::Number(_) => 2,
+        Value::String(_) => 3,
+        Value::Array(_) => 4,
+        Value::Object(_) => 5,
+    }
+}
+
+/// A total order on JSON values: null < booleans < numbers < strings <
+/// arrays < objects; numbers numerically, strings by bytes, arrays and
+/// objects element-wise (objects by sorted keys). Sets and min/max built on
+/// it give the same result whatever order values arrive in.
+pub fn canonical_cmp(a: &Value, b: &Value) -> Ordering {
+    match (a, b) {
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(x), Some(y)) => x.cmp(&y),
+            _ => match (x.as_u64(), y.as_u64()) {
+                (Some(x), Some(y)) => x.cmp(&y),
+                _ => x
+                    .as_f64()
+                    .unwrap_or(0.0)
+                    .total_cmp(&y.as_f64().unwrap_or(0.0)),
+            },
+        },
+        (Value::String(x), Value::String(y)) => x.cmp(y),
+        (Value::Array(x), Value::Array(y)) => {
+            for (x, y) in x.iter().zip(y) {
+                let order = canonical_cmp(x, y);
+                if order != Ordering::Equal {
+                    return order;
+                }
+            }
+            x.len().cmp(&y.len())
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            let mut xs: Vec<_> = x.iter().collect();
+            let mut ys: Vec<_> = y.iter().collect();
+            xs.sort_by(|a, b| a.0.cmp(b.0));
+            ys.sort_by(|a, b| a.0.cmp(b.0));
+            for ((xk, xv), (yk, yv)) in xs.iter().zip(&ys) {
+                let order = xk.cmp(yk).then_with(|| canonical_cmp(xv, yv));
+                if order != Ordering::Equal {
+                    return order;
+                }
+            }
+            xs.len().cmp(&ys.len())
+        }
+        _ => rank(a).cmp(&rank(b)),
+    }
+}
+
+/// `2025-01-01T00:00:00.000Z` for a millisecond timestamp (clamped at the
+/// epoch).
+pub fn rfc3339_millis(ts: Timestamp) -> String {
+    let time = UNIX_EPOCH + Duration::from_millis(u64::try_from(ts).unwrap_or(0));
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// Reads a timestamp field: epoch milliseconds or an RFC 3339 string.
+pub fn parse_timestamp(value: &Value) -> Option<Timestamp> {
+    match value {
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        Value::String(s) => {
+            let time = humantime::parse_rfc3339_weak(s).ok()?;
+            let ms = time
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()?
+                .as_millis();
+            i64::try_from(ms).ok()
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn canonical_order_ranks_types_then_values() {
+        let mut values = vec![
+            json!("b"),
+            json!(2),
+            json!(null),
+            json!([1]),
+            json!(true),
+            json!(1.5),
+            json!("a"),
+        ];
+        values.sort_by(canonical_cmp);
+        assert_eq!(
+            values,
+            vec![
+                json!(null),
+                json!(true),
+                json!(1.5),
+                json!(2),
+                json!("a"),
+                json!("b"),
+                json!([1])
+            ]
+        );
+        assert_eq!(
+            canonical_cmp(&json!({"a": 1, "b": 2}), &json!({"b": 2, "a": 1})),
+            Ordering::Equal
+        );
+    }
+
+    #[test]
+    fn timestamps_round_trip_through_rfc3339() {
+        assert_eq!(
+            rfc3339_millis(1_735_689_600_123),
+            "2025-01-01T00:00:00.123Z"
+        );
+        assert_eq!(
+            parse_timestamp(&json!("2025-01-01T00:00:00.123Z")),
+            Some(1_735_689_600_123)
+        );
+        assert_eq!(parse_timestamp(&json!(42)), Some(42));
+        assert_eq!(parse_timestamp(&json!("yesterday")), None);
+    }
+}

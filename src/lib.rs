@@ -1,0 +1,15 @@
+//! streamfold: a Kafka Streams-style stateful stream processor.
+//!
+//! A topology file ([`topology`]) describes sources, operators
+//! ([`operators`]) and sinks; tasks ([`runtime::task`]) run it per
+//! partition over typed state ([`state`]); the offline driver
+//! ([`testkit`]) runs it against fixture records with a virtual clock.
+
+pub mod formats;
+pub mod operators;
+pub mod record;
+pub mod runtime;
+pub mod state;
+pub mod telemetry;
+pub mod testkit;
+pub mod topology;

@@ -1,0 +1,254 @@
+//! The `streamfold` command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use streamfold::runtime::config::{RunOptions, default_instance_id};
+use streamfold::telemetry::logging::{self, LogFormat};
+use streamfold::testkit;
+use streamfold::topology::describe::{DescribeFormat, describe};
+use streamfold::topology::{self, Topology};
+
+/// A Kafka Streams-style stateful stream processor: durable event folding,
+/// exactly once.
+#[derive(Parser)]
+#[command(name = "streamfold", version, about)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a topology against Kafka until SIGINT/SIGTERM.
+    Run {
+        topology: PathBuf,
+        /// Overrides `kafka.bootstrap_servers`.
+        #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
+        bootstrap_servers: Option<String>,
+        /// Names this instance (transactional id `<name>-<instance>`, static
+        /// membership). Stable across restarts, unique per instance;
+        /// defaults to the host name.
+        #[arg(long, env = "STREAMFOLD_INSTANCE_ID")]
+        instance_id: Option<String>,
+        /// Overrides `processing.state_dir`.
+        #[arg(long, env = "STREAMFOLD_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// Serve Prometheus metrics on this address (`0.0.0.0:9464`).
+        #[arg(long, env = "STREAMFOLD_METRICS_ADDR")]
+        metrics_addr: Option<SocketAddr>,
+        /// Any librdkafka property, applied last: `-X linger.ms=10`.
+        #[arg(short = 'X', value_parser = parse_property)]
+        property: Vec<(String, String)>,
+        /// Testing aid: stamp every produced record with the header
+        /// `streamfold.txn: <run id>:<transaction>`.
+        #[arg(long, hide = true)]
+        txn_header: bool,
+    },
+    /// Validate topology files and report every error at once.
+    Check {
+        /// Topology files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Draw a topology, with the internal topics it will create.
+    Describe {
+        file: PathBuf,
+        #[arg(long, value_enum, default_value_t = DescribeFormat::Text)]
+        format: DescribeFormat,
+    },
+    /// Run a topology offline against fixture records with a virtual clock
+    /// and compare its outputs with the expected ones.
+    Test {
+        topology: PathBuf,
+        /// A case folder (input.jsonl + expected/) or a folder of them.
+        cases: PathBuf,
+        /// Write the actual outputs as the expected ones instead of
+        /// comparing (review the diff before committing).
+        #[arg(long)]
+        bless: bool,
+    },
+    /// Print the JSON Schema of the topology format (for editor completion).
+    Schema,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.log_format);
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_property(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected key=value, found `{text}`")),
+    }
+}
+
+/// Sets `flag` on the first SIGINT/SIGTERM; exits at once on the second
+/// (the open transaction aborts and is reprocessed, so nothing is lost).
+fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        runtime.block_on(async move {
+            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+                return;
+            };
+            for count in 1.. {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+                if count == 1 {
+                    tracing::info!("Signal received: finishing the current transaction and leaving the group (again to exit at once).");
+                    flag.store(true, Ordering::Relaxed);
+                } else {
+                    tracing::warn!("Second signal: exiting now; the open transaction will be aborted and reprocessed.");
+                    std::process::exit(130);
+                }
+            }
+        });
+    })?;
+    Ok(())
+}
+
+/// Loads a topology or prints its diagnostics.
+fn load(path: &std::path::Path) -> Option<Topology> {
+    match topology::load_file(path) {
+        Ok(t) => Some(t),
+        Err(diagnostics) => {
+            for d in &diagnostics {
+                eprintln!("{d}");
+            }
+            None
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run {
+            topology,
+            bootstrap_servers,
+            instance_id,
+            state_dir,
+            metrics_addr,
+            property,
+            txn_header,
+        } => {
+            let Some(t) = load(&topology) else {
+                return Ok(ExitCode::FAILURE);
+            };
+            if let Some(addr) = metrics_addr {
+                streamfold::telemetry::metrics::install(addr).map_err(anyhow::Error::msg)?;
+            }
+            let shutdown = Arc::new(AtomicBool::new(false));
+            watch_signals(Arc::clone(&shutdown))?;
+            let options = RunOptions {
+                bootstrap_servers,
+                instance_id: instance_id.unwrap_or_else(default_instance_id),
+                state_dir,
+                properties: property,
+                txn_header,
+                metrics_addr,
+            };
+            streamfold::runtime::engine::run(Arc::new(t), options, shutdown)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { files } => {
+            let mut failed = false;
+            for file in &files {
+                match load(file) {
+                    Some(t) => println!(
+                        "{}: ok ({} sources, {} nodes, {} sinks, {} internal topics)",
+                        file.display(),
+                        t.sources.len(),
+                        t.nodes.len(),
+                        t.sinks.len(),
+                        t.internal_topics().len()
+                    ),
+                    None => failed = true,
+                }
+            }
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Describe { file, format } => {
+            let Some(t) = load(&file) else {
+                return Ok(ExitCode::FAILURE);
+            };
+            print!("{}", describe(&t, format));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Test {
+            topology,
+            cases,
+            bless,
+        } => {
+            let Some(t) = load(&topology) else {
+                return Ok(ExitCode::FAILURE);
+            };
+            let reports = testkit::run_cases(&Arc::new(t), &cases, bless)
+                .with_context(|| format!("running the cases in {}", cases.display()))?;
+            let failed = reports.iter().filter(|r| !r.passed()).count();
+            for report in &reports {
+                let status = if bless {
+                    "blessed"
+                } else if report.passed() {
+                    "ok"
+                } else {
+                    "FAIL"
+                };
+                println!(
+                    "{status:<7} {} ({} records in, {} out)",
+                    report.name, report.records_in, report.records_out
+                );
+                for line in report.folding_summary() {
+                    println!("        {line}");
+                }
+                for failure in &report.failures {
+                    for line in failure.lines() {
+                        println!("        {line}");
+                    }
+                }
+            }
+            if bless {
+                println!(
+                    "{} cases blessed: review the changes under their expected/ folders",
+                    reports.len()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("{} passed, {failed} failed", reports.len() - failed);
+            Ok(if failed > 0 {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Schema => {
+            let schema = schemars::schema_for!(topology::model::TopologyFile);
+            println!("{}", serde_json::to_string_pretty(&schema)?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

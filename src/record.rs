@@ -1,0 +1,51 @@
+//! The record that flows between operators.
+
+use serde_json::Value;
+
+/// Milliseconds since the Unix epoch, the unit of every clock.
+pub type Timestamp = i64;
+
+/// A decoded record. Keys stay bytes (they are what Kafka partitions and
+/// groups by); values are JSON values whatever their wire format.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub key: Option<Box<[u8]>>,
+    pub value: Value,
+    pub timestamp: Timestamp,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Record {
+    pub fn new(key: Option<Box<[u8]>>, value: Value, timestamp: Timestamp) -> Record {
+        Record {
+            key,
+            value,
+            timestamp,
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+/// Where the record being processed came from, with its bytes as read,
+/// so a dead letter can carry the original and be replayed.
+#[derive(Clone, Copy, Debug)]
+pub struct Origin<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<&'a [u8]>,
+    pub payload: Option<&'a [u8]>,
+    pub headers: &'a [(String, Vec<u8>)],
+}
+
+/// Renders a key for messages and JSON output: text when it is UTF-8.
+pub fn key_text(key: &[u8]) -> String {
+    String::from_utf8_lossy(key).into_owned()
+}

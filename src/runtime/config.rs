@@ -1,0 +1,167 @@
+//! Options of `streamfold run` and the librdkafka configurations built from
+//! them and the topology.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use rdkafka::config::ClientConfig;
+
+use crate::topology::Topology;
+use crate::topology::model::{Guarantee, OffsetReset};
+
+/// What `streamfold run` adds to the topology.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Overrides `kafka.bootstrap_servers`.
+    pub bootstrap_servers: Option<String>,
+    /// Names this instance: transactional id `<app>-<instance>`, static
+    /// group membership. Stable across restarts, unique per instance.
+    pub instance_id: String,
+    /// Overrides `processing.state_dir`.
+    pub state_dir: Option<PathBuf>,
+    /// librdkafka properties from `-X key=value`, applied last.
+    pub properties: Vec<(String, String)>,
+    /// Stamp every produced record with `streamfold.txn: <run>:<seq>`.
+    pub txn_header: bool,
+    /// Serve Prometheus metrics here.
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// The default instance id: this host's name.
+pub fn default_instance_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "streamfold".to_string())
+}
+
+/// Settings streamfold relies on; a user value that differs is replaced,
+/// with a warning.
+fn enforce(config: &mut ClientConfig, key: &str, value: &str) {
+    if let Some(user) = config.get(key)
+        && user != value
+    {
+        tracing::warn!(
+            property = key,
+            user,
+            value,
+            "Overriding a librdkafka property streamfold depends on."
+        );
+    }
+    config.set(key, value);
+}
+
+/// Properties every client gets: bootstrap servers, the topology's
+/// `kafka.properties`, then `-X` overrides.
+pub fn base_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    let servers = options
+        .bootstrap_servers
+        .clone()
+        .unwrap_or_else(|| topology.kafka.bootstrap_servers.clone());
+    config.set("bootstrap.servers", servers);
+    config.set(
+        "client.id",
+        format!("{}-{}", topology.name, options.instance_id),
+    );
+    for (k, v) in &topology.kafka.properties {
+        config.set(k, v);
+    }
+    config
+}
+
+fn apply_overrides(config: &mut ClientConfig, options: &RunOptions) {
+    for (k, v) in &options.properties {
+        config.set(k, v);
+    }
+}
+
+/// The group consumer.
+pub fn consumer_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
+    let mut config = base_config(topology, options);
+    let reset = match topology.sources.first().map(|s| s.config.offset_reset) {
+        Some(OffsetReset::Latest) => "latest",
+        _ => "earliest",
+    };
+    config.set("auto.offset.reset", reset);
+    config.set("statistics.interval.ms", "5000");
+    config.set("session.timeout.ms", "10000");
+    config.set("heartbeat.interval.ms", "2000");
+    for (k, v) in &topology.kafka.consumer {
+        config.set(k, v);
+    }
+    apply_overrides(&mut config, options);
+    enforce(&mut config, "group.id", &topology.name);
+    enforce(&mut config, "enable.auto.commit", "false");
+    enforce(&mut config, "enable.auto.offset.store", "false");
+    enforce(
+        &mut config,
+        "partition.assignment.strategy",
+        "cooperative-sticky",
+    );
+    if topology.processing.guarantee == Guarantee::ExactlyOnce {
+        enforce(&mut config, "isolation.level", "read_committed");
+    }
+    if topology.kafka.static_membership {
+        enforce(&mut config, "group.instance.id", &options.instance_id);
+    }
+    config
+}
+
+/// The consumer that replays changelogs (no group, read_committed).
+pub fn restore_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
+    let mut config = base_config(topology, options);
+    for (k, v) in &topology.kafka.consumer {
+        config.set(k, v);
+    }
+    apply_overrides(&mut config, options);
+    config.remove("group.instance.id");
+    enforce(
+        &mut config,
+        "group.id",
+        &format!("{}-restore", topology.name),
+    );
+    enforce(&mut config, "enable.auto.commit", "false");
+    enforce(&mut config, "enable.auto.offset.store", "false");
+    enforce(&mut config, "isolation.level", "read_committed");
+    config
+}
+
+/// The transactional (or idempotent, at least once) producer.
+pub fn producer_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
+    let mut config = base_config(topology, options);
+    config.set("linger.ms", "5");
+    // Java-compatible placement for keyed records.
+    config.set("partitioner", "murmur2_random");
+    for (k, v) in &topology.kafka.producer {
+        config.set(k, v);
+    }
+    apply_overrides(&mut config, options);
+    enforce(&mut config, "enable.idempotence", "true");
+    if topology.processing.guarantee == Guarantee::ExactlyOnce {
+        enforce(
+            &mut config,
+            "transactional.id",
+            &format!("{}-{}", topology.name, options.instance_id),
+        );
+        enforce(
+            &mut config,
+            "transaction.timeout.ms",
+            &topology
+                .processing
+                .transaction_timeout
+                .as_millis()
+                .to_string(),
+        );
+    }
+    config
+}
+
+/// The admin client (topic checks and creation).
+pub fn admin_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
+    let mut config = base_config(topology, options);
+    apply_overrides(&mut config, options);
+    config
+}

@@ -1,0 +1,42 @@
+//! Running topologies against Kafka: the consumer group, tasks per
+//! partition, transactions, restore, punctuation and shutdown.
+//!
+//! - [`task`]: the topology over one partition number (also used offline);
+//! - [`engine`]: the processing loop and rebalance handling;
+//! - [`commit`]: the commit protocol, the only user of transactions;
+//! - [`restore`]: replaying changelogs into a task's store;
+//! - [`admin`]: startup checks and topic creation;
+//! - [`changelog`]: the position rule and what is stored with state.
+
+pub mod admin;
+pub mod changelog;
+pub mod commit;
+pub mod config;
+pub mod engine;
+pub mod partitioner;
+pub mod restore;
+pub mod task;
+
+use rdkafka::error::KafkaError;
+
+use crate::state::StateError;
+
+/// Why `streamfold run` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The broker did not answer.
+    #[error("cannot reach Kafka at {servers}: {error}")]
+    Unreachable { servers: String, error: String },
+    /// The cluster does not fit the topology (missing or mismatched topics).
+    #[error("{0}")]
+    Startup(String),
+    #[error("Kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("state: {0}")]
+    State(#[from] StateError),
+    /// A task stopped on an internal error.
+    #[error("task {task}: {source}")]
+    Task { task: i32, source: task::TaskError },
+    #[error("commit: {0}")]
+    Commit(commit::CommitError),
+}

@@ -1,0 +1,526 @@
+//! A task: the topology running over one partition number.
+//!
+//! The task owns the operators, their state and timers, and pushes each
+//! record depth-first through the graph. It knows nothing of Kafka: the
+//! caller feeds it decoded records with their [`Origin`] and collects
+//! [`Output`]s (sink records, records to repartition, dead letters). The
+//! Kafka runtime and the offline test driver both drive tasks, so an
+//! operator behaves the same in `streamfold test` and in production.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use serde::{Deserialize, Serialize};
+
+use crate::formats::json::parse_timestamp;
+use crate::operators::{Clocks, Context, Emit, OpError, Operator};
+use crate::record::{Origin, Record, Timestamp};
+use crate::runtime::partitioner::partition_for;
+use crate::state::timers::{Clock, TimerState};
+use crate::state::{JsonState, StateBackend, StateError, StateSet, StoreHandle};
+use crate::telemetry::{NodeCounter, NodeStats};
+use crate::topology::{Target, Topology};
+
+/// Dead-letter header names. Values are UTF-8 text.
+pub mod dlq_headers {
+    pub const TOPIC: &str = "streamfold.dlq.topic";
+    pub const PARTITION: &str = "streamfold.dlq.partition";
+    pub const OFFSET: &str = "streamfold.dlq.offset";
+    pub const NODE: &str = "streamfold.dlq.node";
+    pub const CLASS: &str = "streamfold.dlq.class";
+    pub const REASON: &str = "streamfold.dlq.reason";
+    pub const ATTEMPTS: &str = "streamfold.dlq.attempts";
+    /// All of them, to strip before a replay.
+    pub const ALL: &[&str] = &[TOPIC, PARTITION, OFFSET, NODE, CLASS, REASON, ATTEMPTS];
+}
+
+/// Timers handled per call, so one busy clock cannot starve input.
+const TIMER_BATCH: usize = 1024;
+
+/// What processing produced.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// A record for sink `sink`.
+    Sink {
+        sink: usize,
+        record: Record,
+    },
+    /// A record re-keyed for node `node` (as its `input`-th input); it
+    /// reaches the node through the node's repartition topic.
+    Repartition {
+        node: usize,
+        input: usize,
+        record: Record,
+    },
+    DeadLetter(DeadLetter),
+}
+
+/// A record that could not be processed, with why and where it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeadLetter {
+    /// The original key and payload as read, when there was an input.
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    /// The original headers followed by the `streamfold.dlq.*` headers.
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub node: String,
+}
+
+impl DeadLetter {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+}
+
+/// Why a task must stop.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// An operator reported an internal error.
+    #[error("node `{node}`: {message}")]
+    Operator { node: String, message: String },
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+struct NodeRuntime {
+    operator: Box<dyn Operator>,
+    timers: Option<TimerState>,
+    /// For `key_by` nodes: the highest upstream offset seen per source
+    /// partition.
+    seen: Option<StoreHandle<Seen>>,
+    stats: NodeStats,
+}
+
+/// How `key_by` nodes get their records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Straight to the node (the offline driver: one task holds every key).
+    Direct,
+    /// Through the node's repartition topic, unless the record is already
+    /// on the partition its new key hashes to: this task's `partition` of
+    /// `partitions`.
+    Partitioned { partition: i32, partitions: i32 },
+}
+
+/// Where a repartition record came from: the source partition (as
+/// `topic/partition`), its offset, and its index among the records that
+/// offset produced for the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upstream {
+    pub source: String,
+    pub offset: i64,
+    pub seq: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Seen {
+    offset: i64,
+    seq: u32,
+}
+
+impl JsonState for Seen {}
+
+/// The topology over one partition number.
+pub struct Task {
+    topology: Arc<Topology>,
+    state: StateSet,
+    nodes: Vec<NodeRuntime>,
+    clocks: Clocks,
+    routing: Routing,
+}
+
+impl Task {
+    /// Builds every operator over `backend`, whose stores are
+    /// [`Topology::stores`] in order.
+    pub fn new(
+        topology: Arc<Topology>,
+        backend: Box<dyn StateBackend>,
+        routing: Routing,
+    ) -> Result<Task, StateError> {
+        let names = topology.stores().map(|s| s.name.clone()).collect();
+        let mut state = StateSet::new(backend, names);
+        let mut nodes = Vec::with_capacity(topology.nodes.len());
+        for node in &topology.nodes {
+            let operator = node.kind.spec().build(&node.info(), &mut state)?;
+            let timers = match node.timer_store() {
+                Some(store) => Some(TimerState::declare(&mut state, &store)?),
+                None => None,
+            };
+            let seen = match node.repartition_topic {
+                Some(_) => Some(state.declare::<Seen>(&format!("{}-repartition-seen", node.name))?),
+                None => None,
+            };
+            nodes.push(NodeRuntime {
+                operator,
+                timers,
+                seen,
+                stats: NodeStats::default(),
+            });
+        }
+        Ok(Task {
+            topology,
+            state,
+            nodes,
+            clocks: Clocks::default(),
+            routing,
+        })
+    }
+
+    /// Calls every operator's `on_start`, once state is restored.
+    pub fn start(&mut self) -> Result<(), TaskError> {
+        for index in 0..self.nodes.len() {
+            let mut out = Vec::new();
+            let result = {
+                let node = &mut self.nodes[index];
+                let mut ctx = Context {
+                    state: &mut self.state,
+                    timers: node.timers.as_mut(),
+                    out: &mut out,
+                    stats: &mut node.stats,
+                    clocks: self.clocks,
+                    input: 0,
+                };
+                node.operator.on_start(&mut ctx)
+            };
+            if let Err(e) = result {
+                return Err(TaskError::Operator {
+                    node: self.topology.nodes[index].name.clone(),
+                    message: e.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn state(&mut self) -> &mut StateSet {
+        &mut self.state
+    }
+
+    pub fn clocks(&self) -> Clocks {
+        self.clocks
+    }
+
+    /// Sets the wall clock the operators see (cached per batch, not read
+    /// per record).
+    pub fn set_processing_time(&mut self, now: Timestamp) {
+        self.clocks.processing = now;
+    }
+
+    /// Moves the task's event time forward (never back).
+    pub fn advance_event_time(&mut self, ts: Timestamp) {
+        self.clocks.event = self.clocks.event.max(ts);
+    }
+
+    /// Per node: its name and counters.
+    pub fn stats(&self) -> impl Iterator<Item = (&str, &NodeStats)> {
+        self.topology
+            .nodes
+            .iter()
+            .zip(&self.nodes)
+            .map(|(def, node)| (def.name.as_str(), &node.stats))
+    }
+
+    /// The transaction aborted: drop pending state and what timers know.
+    pub fn abort(&mut self) {
+        self.state.abort();
+        for node in &mut self.nodes {
+            if let Some(timers) = &mut node.timers {
+                timers.reset();
+            }
+        }
+    }
+
+    /// One record from source `source`: `decoded` is the decoded record or
+    /// why decoding failed.
+    pub fn process_source(
+        &mut self,
+        source: usize,
+        origin: &Origin<'_>,
+        decoded: Result<Record, String>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TaskError> {
+        let topology = Arc::clone(&self.topology);
+        let def = &topology.sources[source];
+        let mut record = match decoded {
+            Ok(record) => record,
+            Err(reason) => {
+                out.push(Output::DeadLetter(dead_letter(
+                    Some(origin),
+                    &def.name,
+                    "record",
+                    &reason,
+                    1,
+                )));
+                return Ok(());
+            }
+        };
+        if let Some(pointer) = &def.config.timestamp {
+            match pointer.get(&record.value).and_then(parse_timestamp) {
+                Some(ts) => record.timestamp = ts,
+                None => {
+                    let reason = format!(
+                        "timestamp field {pointer} is missing or is neither epoch milliseconds nor an RFC 3339 time"
+                    );
+                    out.push(Output::DeadLetter(dead_letter(
+                        Some(origin),
+                        &def.name,
+                        "record",
+                        &reason,
+                        1,
+                    )));
+                    return Ok(());
+                }
+            }
+        }
+        self.advance_event_time(record.timestamp);
+        self.deliver(&def.targets, record, Some(origin), out)?;
+        self.fire_timers(Clock::Event, out)
+    }
+
+    /// One record read back from node `node`'s repartition topic, for its
+    /// `input`-th input. A record whose `upstream` position was already
+    /// seen is a re-delivery (a broker that shows aborted transactions) and
+    /// is dropped, counted.
+    pub fn process_repartitioned(
+        &mut self,
+        node: usize,
+        input: usize,
+        upstream: Option<Upstream>,
+        origin: &Origin<'_>,
+        record: Record,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TaskError> {
+        if let (Some(upstream), Some(seen)) = (upstream, self.nodes[node].seen) {
+            let current = Seen {
+                offset: upstream.offset,
+                seq: upstream.seq,
+            };
+            let mut view = self.state.view(seen);
+            let duplicate = view
+                .get(upstream.source.as_bytes())?
+                .is_some_and(|last| (current.offset, current.seq) <= (last.offset, last.seq));
+            if duplicate {
+                self.nodes[node]
+                    .stats
+                    .add(NodeCounter::RepartitionDuplicates, 1);
+                return Ok(());
+            }
+            view.put(upstream.source.as_bytes(), current);
+        }
+        self.advance_event_time(record.timestamp);
+        self.run_node(node, input, record, Some(origin), out)?;
+        self.fire_timers(Clock::Event, out)
+    }
+
+    /// Fires every timer of `clock` due at the task's current time on that
+    /// clock.
+    pub fn fire_timers(&mut self, clock: Clock, out: &mut Vec<Output>) -> Result<(), TaskError> {
+        let now = self.clocks.now(clock);
+        for index in 0..self.nodes.len() {
+            while let Some(timers) = &mut self.nodes[index].timers {
+                let due = timers.due(&mut self.state, clock, now, TIMER_BATCH)?;
+                if due.is_empty() {
+                    break;
+                }
+                for timer in due {
+                    let mut emitted = Vec::new();
+                    let result = {
+                        let node = &mut self.nodes[index];
+                        let mut ctx = Context {
+                            state: &mut self.state,
+                            timers: node.timers.as_mut(),
+                            out: &mut emitted,
+                            stats: &mut node.stats,
+                            clocks: self.clocks,
+                            input: 0,
+                        };
+                        node.operator.on_timer(timer, &mut ctx)
+                    };
+                    self.after_operator(index, result, None, emitted, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(
+        &mut self,
+        targets: &[Target],
+        record: Record,
+        origin: Option<&Origin<'_>>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TaskError> {
+        let Some((last, rest)) = targets.split_last() else {
+            return Ok(());
+        };
+        for target in rest {
+            self.deliver_one(*target, record.clone(), origin, out)?;
+        }
+        self.deliver_one(*last, record, origin, out)
+    }
+
+    fn deliver_one(
+        &mut self,
+        target: Target,
+        mut record: Record,
+        origin: Option<&Origin<'_>>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TaskError> {
+        match target {
+            Target::Sink(sink) => {
+                out.push(Output::Sink { sink, record });
+                Ok(())
+            }
+            Target::Node { node, input } => {
+                let topology = Arc::clone(&self.topology);
+                let def = &topology.nodes[node];
+                if let Some(pointer) = &def.common.key_by {
+                    match pointer.get(&record.value).filter(|v| !v.is_null()) {
+                        Some(key) => record.key = Some(key_bytes(key)),
+                        None => {
+                            self.nodes[node].stats.add(NodeCounter::DeadLetters, 1);
+                            let reason = format!("key field {pointer} is missing or null");
+                            out.push(Output::DeadLetter(dead_letter(
+                                origin, &def.name, "record", &reason, 1,
+                            )));
+                            return Ok(());
+                        }
+                    }
+                    if let (
+                        Routing::Partitioned {
+                            partition,
+                            partitions,
+                        },
+                        Some(key),
+                    ) = (self.routing, &record.key)
+                        && partition_for(key, partitions) != partition
+                    {
+                        out.push(Output::Repartition {
+                            node,
+                            input,
+                            record,
+                        });
+                        return Ok(());
+                    }
+                }
+                self.run_node(node, input, record, origin, out)
+            }
+        }
+    }
+
+    fn run_node(
+        &mut self,
+        index: usize,
+        input: usize,
+        record: Record,
+        origin: Option<&Origin<'_>>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TaskError> {
+        let mut emitted = Vec::new();
+        let result = {
+            let node = &mut self.nodes[index];
+            node.stats.add(NodeCounter::RecordsIn, 1);
+            let mut ctx = Context {
+                state: &mut self.state,
+                timers: node.timers.as_mut(),
+                out: &mut emitted,
+                stats: &mut node.stats,
+                clocks: self.clocks,
+                input,
+            };
+            node.operator.process(record, &mut ctx)
+        };
+        self.after_operator(index, result, origin, emitted, out)
+    }
+
+    /// Routes what an operator emitted and turns its error into a dead
+    /// letter or a task failure.
+    fn after_operator(
+        &mut self,
+        index: usize,
+        result: Result<(), OpError>,
+        origin: Option<&Origin<'_>>,
+        emitted: Vec<Emit>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TaskError> {
+        let topology = Arc::clone(&self.topology);
+        let def = &topology.nodes[index];
+        match result {
+            Ok(()) => {}
+            Err(OpError::Internal(message)) => {
+                return Err(TaskError::Operator {
+                    node: def.name.clone(),
+                    message,
+                });
+            }
+            Err(error) => {
+                self.nodes[index].stats.add(NodeCounter::DeadLetters, 1);
+                out.push(Output::DeadLetter(dead_letter(
+                    origin,
+                    &def.name,
+                    error.class(),
+                    &error.to_string(),
+                    1,
+                )));
+            }
+        }
+        self.nodes[index]
+            .stats
+            .add(NodeCounter::RecordsOut, emitted.len() as u64);
+        for Emit { output, record } in emitted {
+            self.deliver(&def.targets[output], record, origin, out)?;
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of a key read from a value: strings as their text, anything
+/// else as compact JSON.
+pub fn key_bytes(value: &Value) -> Box<[u8]> {
+    match value {
+        Value::String(s) => s.as_bytes().into(),
+        other => crate::formats::json::encode(other).into_boxed_slice(),
+    }
+}
+
+/// A dead letter for the record at `origin` (if any), rejected by `node`.
+pub fn dead_letter(
+    origin: Option<&Origin<'_>>,
+    node: &str,
+    class: &str,
+    reason: &str,
+    attempts: u32,
+) -> DeadLetter {
+    let mut headers: Vec<(String, Vec<u8>)> =
+        origin.map(|o| o.headers.to_vec()).unwrap_or_default();
+    headers.retain(|(name, _)| !dlq_headers::ALL.contains(&name.as_str()));
+    if let Some(o) = origin {
+        headers.push((dlq_headers::TOPIC.into(), o.topic.as_bytes().to_vec()));
+        headers.push((
+            dlq_headers::PARTITION.into(),
+            o.partition.to_string().into_bytes(),
+        ));
+        headers.push((
+            dlq_headers::OFFSET.into(),
+            o.offset.to_string().into_bytes(),
+        ));
+    }
+    headers.push((dlq_headers::NODE.into(), node.as_bytes().to_vec()));
+    headers.push((dlq_headers::CLASS.into(), class.as_bytes().to_vec()));
+    headers.push((dlq_headers::REASON.into(), reason.as_bytes().to_vec()));
+    headers.push((
+        dlq_headers::ATTEMPTS.into(),
+        attempts.to_string().into_bytes(),
+    ));
+    DeadLetter {
+        key: origin.and_then(|o| o.key).map(<[u8]>::to_vec),
+        payload: origin.and_then(|o| o.payload).map(<[u8]>::to_vec),
+        headers,
+        node: node.to_string(),
+    }
+}

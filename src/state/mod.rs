@@ -1,0 +1,651 @@
+//! Task state: typed key-value stores over a byte-oriented backend.
+//!
+//! Operators declare their stores up front and reach them only through
+//! [`StoreView`]s handed out by the task context. Every store of a task
+//! lives in one [`StateSet`]:
+//!
+//! - reads go to a per-store overlay first, then to the backend (RocksDB in
+//!   production, [`memory::MemoryBackend`] offline);
+//! - writes stay in the overlay, typed, until the runtime commits. At commit
+//!   the overlay yields one changelog entry per dirty key (mutations are
+//!   collapsed per key, last write wins, as in Kafka Streams' record cache),
+//!   and only after the Kafka transaction commits are they applied to the
+//!   backend in one atomic batch together with the changelog offsets. On
+//!   abort the dirty entries are dropped, so local state never holds
+//!   uncommitted data;
+//! - committed entries stay in the overlay as a read cache, bounded by
+//!   [`StateSet::CACHE_ENTRIES`] per store.
+//!
+//! Keys are ordered bytes, so range and prefix scans work the same on every
+//! backend.
+
+pub mod memory;
+pub mod rocks;
+pub mod timers;
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::ops::Bound;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Errors of the state layer. All of them are internal: state that cannot
+/// be read or written stops the task.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The storage engine failed (I/O, corruption, a closed database).
+    #[error("state backend: {0}")]
+    Backend(String),
+    /// A stored value could not be decoded or encoded.
+    #[error("store `{store}`: {message}")]
+    Codec { store: String, message: String },
+    /// A store name that the task was not opened with.
+    #[error("store `{0}` was not declared for this task")]
+    UnknownStore(String),
+}
+
+/// One key-value pair as stored: ordered bytes.
+pub type RawEntry = (Box<[u8]>, Box<[u8]>);
+
+/// Live entries of a typed store, in key order.
+pub type Entries<V> = Vec<(Box<[u8]>, V)>;
+
+/// Ordered iteration over one store's committed entries.
+pub type RawIter<'a> = Box<dyn Iterator<Item = Result<RawEntry, StateError>> + 'a>;
+
+/// A write to apply atomically: store index, key, value (`None` deletes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawWrite {
+    pub store: usize,
+    pub key: Box<[u8]>,
+    pub value: Option<Box<[u8]>>,
+}
+
+/// The storage engine under a task's stores. Store `i` is the `i`-th name
+/// the backend was opened with; metadata (changelog offsets) lives apart
+/// from every store and is written in the same atomic batch.
+pub trait StateBackend: Send {
+    fn get(&self, store: usize, key: &[u8]) -> Result<Option<Box<[u8]>>, StateError>;
+    /// Entries with `from <= key < to` (bounds as given), in key order.
+    fn range<'a>(&'a self, store: usize, from: Bound<&[u8]>, to: Bound<&[u8]>) -> RawIter<'a>;
+    /// Applies writes and metadata atomically.
+    fn apply(&mut self, writes: &[RawWrite], meta: &[(String, Vec<u8>)]) -> Result<(), StateError>;
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StateError>;
+}
+
+/// A type kept in a store.
+pub trait StateValue: Sized + Send + 'static {
+    fn encode(&self) -> Result<Vec<u8>, String>;
+    fn decode(bytes: &[u8]) -> Result<Self, String>;
+}
+
+/// Marks a type stored as JSON: readable in the changelog with any Kafka
+/// tool, and encoded only once per key per commit, off the hot path.
+pub trait JsonState: Serialize + DeserializeOwned + Send + 'static {}
+
+impl<T: JsonState> StateValue for T {
+    fn encode(&self) -> Result<Vec<u8>, String> {
+        serde_json::to_vec(self).map_err(|e| e.to_string())
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    }
+}
+
+/// Stores that only need keys (indexes, timers) keep empty values.
+impl StateValue for () {
+    fn encode(&self) -> Result<Vec<u8>, String> {
+        Ok(Vec::new())
+    }
+
+    fn decode(_: &[u8]) -> Result<Self, String> {
+        Ok(())
+    }
+}
+
+/// A typed reference to a declared store; cheap to copy into operators.
+pub struct StoreHandle<V> {
+    index: usize,
+    _value: PhantomData<fn() -> V>,
+}
+
+impl<V> Clone for StoreHandle<V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<V> Copy for StoreHandle<V> {}
+
+/// A state change as it goes to the changelog: collapsed per key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangelogEntry {
+    pub store: usize,
+    pub key: Box<[u8]>,
+    pub value: Option<Box<[u8]>>,
+}
+
+enum Slot<V> {
+    /// Same as the backend; kept as a read cache.
+    Clean(V),
+    /// Written since the last commit.
+    Dirty(V),
+    /// Deleted since the last commit.
+    Deleted,
+}
+
+struct Overlay<V> {
+    name: String,
+    slots: BTreeMap<Box<[u8]>, Slot<V>>,
+    dirty: usize,
+}
+
+trait ErasedOverlay: Send {
+    fn changelog(&self, store: usize, out: &mut Vec<ChangelogEntry>) -> Result<(), StateError>;
+    fn committed(&mut self, cache_entries: usize);
+    fn abort(&mut self);
+    fn dirty(&self) -> usize;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<V: StateValue> ErasedOverlay for Overlay<V> {
+    fn changelog(&self, store: usize, out: &mut Vec<ChangelogEntry>) -> Result<(), StateError> {
+        if self.dirty == 0 {
+            return Ok(());
+        }
+        for (key, slot) in &self.slots {
+            let value = match slot {
+                Slot::Clean(_) => continue,
+                Slot::Dirty(value) => Some(
+                    value
+                        .encode()
+                        .map_err(|message| StateError::Codec {
+                            store: self.name.clone(),
+                            message,
+                        })?
+                        .into_boxed_slice(),
+                ),
+                Slot::Deleted => None,
+            };
+            out.push(ChangelogEntry {
+                store,
+                key: key.clone(),
+                value,
+            });
+        }
+        Ok(())
+    }
+
+    fn committed(&mut self, cache_entries: usize) {
+        if self.dirty > 0 {
+            self.slots.retain(|_, slot| !matches!(slot, Slot::Deleted));
+            for slot in self.slots.values_mut() {
+                if let Slot::Dirty(_) = slot
+                    && let Slot::Dirty(value) = std::mem::replace(slot, Slot::Deleted)
+                {
+                    *slot = Slot::Clean(value);
+                }
+            }
+            self.dirty = 0;
+        }
+        if self.slots.len() > cache_entries {
+            self.slots.clear();
+        }
+    }
+
+    fn abort(&mut self) {
+        if self.dirty > 0 {
+            self.slots.retain(|_, slot| matches!(slot, Slot::Clean(_)));
+            self.dirty = 0;
+        }
+    }
+
+    fn dirty(&self) -> usize {
+        self.dirty
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Every store of one task, over one backend.
+pub struct StateSet {
+    backend: Box<dyn StateBackend>,
+    names: Vec<String>,
+    overlays: Vec<Option<Box<dyn ErasedOverlay>>>,
+}
+
+impl StateSet {
+    /// Committed entries kept in memory per store between commits.
+    pub const CACHE_ENTRIES: usize = 100_000;
+
+    /// A state set over `backend`, whose stores are `names` in order.
+    pub fn new(backend: Box<dyn StateBackend>, names: Vec<String>) -> StateSet {
+        let overlays = names.iter().map(|_| None).collect();
+        StateSet {
+            backend,
+            names,
+            overlays,
+        }
+    }
+
+    /// Declares the store `name` as holding `V`. Each store is declared
+    /// once, by the operator that owns it.
+    pub fn declare<V: StateValue>(&mut self, name: &str) -> Result<StoreHandle<V>, StateError> {
+        let index = self
+            .names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| StateError::UnknownStore(name.to_string()))?;
+        self.overlays[index] = Some(Box::new(Overlay::<V> {
+            name: name.to_string(),
+            slots: BTreeMap::new(),
+            dirty: 0,
+        }));
+        Ok(StoreHandle {
+            index,
+            _value: PhantomData,
+        })
+    }
+
+    /// A view of one store for reads and writes.
+    pub fn view<V: StateValue>(&mut self, handle: StoreHandle<V>) -> StoreView<'_, V> {
+        let overlay = self.overlays[handle.index]
+            .as_mut()
+            .and_then(|o| o.as_any_mut().downcast_mut::<Overlay<V>>())
+            // Handles are only minted by `declare`, which installs an
+            // `Overlay<V>` at that index with the same `V`.
+            .expect("store handle matches its declared overlay");
+        StoreView {
+            backend: &*self.backend,
+            overlay,
+            store: handle.index,
+        }
+    }
+
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Whether any store has writes that are not committed yet.
+    pub fn has_pending(&self) -> bool {
+        self.overlays.iter().flatten().any(|o| o.dirty() > 0)
+    }
+
+    /// The pending writes of every store, collapsed per key, encoded for
+    /// the changelog. The overlay keeps them until `committed` or `abort`.
+    pub fn changelog(&self) -> Result<Vec<ChangelogEntry>, StateError> {
+        let mut out = Vec::new();
+        for (store, overlay) in self.overlays.iter().enumerate() {
+            if let Some(overlay) = overlay {
+                overlay.changelog(store, &mut out)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The transaction carrying `entries` committed: apply them to the
+    /// backend with `meta` in one batch and keep them as clean cache.
+    pub fn committed(
+        &mut self,
+        entries: Vec<ChangelogEntry>,
+        meta: &[(String, Vec<u8>)],
+    ) -> Result<(), StateError> {
+        let writes: Vec<RawWrite> = entries
+            .into_iter()
+            .map(|e| RawWrite {
+                store: e.store,
+                key: e.key,
+                value: e.value,
+            })
+            .collect();
+        self.backend.apply(&writes, meta)?;
+        for overlay in self.overlays.iter_mut().flatten() {
+            overlay.committed(Self::CACHE_ENTRIES);
+        }
+        Ok(())
+    }
+
+    /// The transaction aborted: forget every pending write.
+    pub fn abort(&mut self) {
+        for overlay in self.overlays.iter_mut().flatten() {
+            overlay.abort();
+        }
+    }
+
+    /// Writes restored changelog records straight to the backend. Only
+    /// valid before processing starts (the overlays must be empty).
+    pub fn restore(
+        &mut self,
+        writes: &[RawWrite],
+        meta: &[(String, Vec<u8>)],
+    ) -> Result<(), StateError> {
+        self.backend.apply(writes, meta)
+    }
+
+    pub fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StateError> {
+        self.backend.meta(key)
+    }
+}
+
+/// Reads and writes of one typed store.
+pub struct StoreView<'a, V> {
+    backend: &'a dyn StateBackend,
+    overlay: &'a mut Overlay<V>,
+    store: usize,
+}
+
+impl<V: StateValue> StoreView<'_, V> {
+    fn decode(&self, bytes: &[u8]) -> Result<V, StateError> {
+        V::decode(bytes).map_err(|message| StateError::Codec {
+            store: self.overlay.name.clone(),
+            message,
+        })
+    }
+
+    /// Brings `key` into the overlay if the backend has it; returns whether
+    /// a live value is now there.
+    fn load(&mut self, key: &[u8]) -> Result<bool, StateError> {
+        match self.overlay.slots.get(key) {
+            Some(Slot::Clean(_) | Slot::Dirty(_)) => return Ok(true),
+            Some(Slot::Deleted) => return Ok(false),
+            None => {}
+        }
+        match self.backend.get(self.store, key)? {
+            Some(bytes) => {
+                let value = self.decode(&bytes)?;
+                self.overlay.slots.insert(key.into(), Slot::Clean(value));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<&V>, StateError> {
+        if !self.load(key)? {
+            return Ok(None);
+        }
+        Ok(match self.overlay.slots.get(key) {
+            Some(Slot::Clean(v) | Slot::Dirty(v)) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// A mutable reference; the key is marked as written.
+    pub fn get_mut(&mut self, key: &[u8]) -> Result<Option<&mut V>, StateError> {
+        if !self.load(key)? {
+            return Ok(None);
+        }
+        let Some(slot) = self.overlay.slots.get_mut(key) else {
+            return Ok(None);
+        };
+        if let Slot::Clean(_) = slot
+            && let Slot::Clean(value) = std::mem::replace(slot, Slot::Deleted)
+        {
+            *slot = Slot::Dirty(value);
+            self.overlay.dirty += 1;
+        }
+        Ok(match slot {
+            Slot::Dirty(v) => Some(v),
+            _ => None,
+        })
+    }
+
+    pub fn put(&mut self, key: &[u8], value: V) {
+        match self.overlay.slots.get_mut(key) {
+            Some(slot) => {
+                if matches!(slot, Slot::Clean(_)) {
+                    self.overlay.dirty += 1;
+                }
+                *slot = Slot::Dirty(value);
+            }
+            None => {
+                self.overlay.slots.insert(key.into(), Slot::Dirty(value));
+                self.overlay.dirty += 1;
+            }
+        }
+    }
+
+    pub fn delete(&mut self, key: &[u8]) {
+        match self.overlay.slots.get_mut(key) {
+            Some(slot) => {
+                if matches!(slot, Slot::Clean(_)) {
+                    self.overlay.dirty += 1;
+                }
+                *slot = Slot::Deleted;
+            }
+            None => {
+                self.overlay.slots.insert(key.into(), Slot::Deleted);
+                self.overlay.dirty += 1;
+            }
+        }
+    }
+
+    /// Removes `key` and returns its value.
+    pub fn take(&mut self, key: &[u8]) -> Result<Option<V>, StateError> {
+        if !self.load(key)? {
+            return Ok(None);
+        }
+        let previous = self.overlay.slots.insert(key.into(), Slot::Deleted);
+        Ok(match previous {
+            Some(Slot::Clean(v)) => {
+                self.overlay.dirty += 1;
+                Some(v)
+            }
+            Some(Slot::Dirty(v)) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// Up to `limit` live entries with keys in the range, in key order,
+    /// merging pending writes over committed state.
+    pub fn range(
+        &mut self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Entries<V>, StateError>
+    where
+        V: Clone,
+    {
+        let mut out = Vec::new();
+        let mut pending = self.overlay.slots.range::<[u8], _>((from, to)).peekable();
+        let mut committed = self.backend.range(self.store, from, to);
+        let mut next_committed = committed.next().transpose()?;
+        while out.len() < limit {
+            let take_pending = match (pending.peek(), &next_committed) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((p, _)), Some((c, _))) => {
+                    if p.as_ref() == c.as_ref() {
+                        // The overlay shadows the committed value.
+                        next_committed = committed.next().transpose()?;
+                    }
+                    match &next_committed {
+                        Some((c, _)) => p.as_ref() <= c.as_ref(),
+                        None => true,
+                    }
+                }
+            };
+            if take_pending {
+                if let Some((key, Slot::Clean(v) | Slot::Dirty(v))) = pending.next() {
+                    out.push((key.clone(), v.clone()));
+                }
+            } else if let Some((key, bytes)) = next_committed.take() {
+                let value = V::decode(&bytes).map_err(|message| StateError::Codec {
+                    store: self.overlay.name.clone(),
+                    message,
+                })?;
+                out.push((key, value));
+                next_committed = committed.next().transpose()?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Number of live entries, without decoding values.
+    pub fn count(&mut self) -> Result<usize, StateError> {
+        let mut committed_only = 0;
+        for entry in self
+            .backend
+            .range(self.store, Bound::Unbounded, Bound::Unbounded)
+        {
+            let (key, _) = entry?;
+            if !self.overlay.slots.contains_key(&key) {
+                committed_only += 1;
+            }
+        }
+        let live = self
+            .overlay
+            .slots
+            .values()
+            .filter(|slot| !matches!(slot, Slot::Deleted))
+            .count();
+        Ok(committed_only + live)
+    }
+
+    /// Up to `limit` live entries whose key starts with `prefix`.
+    pub fn prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Entries<V>, StateError>
+    where
+        V: Clone,
+    {
+        match prefix_end(prefix) {
+            Some(end) => self.range(Bound::Included(prefix), Bound::Excluded(&end), limit),
+            None => self.range(Bound::Included(prefix), Bound::Unbounded, limit),
+        }
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix`, if any.
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memory::MemoryBackend;
+    use super::*;
+
+    impl JsonState for u64 {}
+
+    fn state() -> (StateSet, StoreHandle<u64>) {
+        let mut state = StateSet::new(Box::new(MemoryBackend::new(1)), vec!["counts".into()]);
+        let handle = state.declare::<u64>("counts").unwrap();
+        (state, handle)
+    }
+
+    fn keys(entries: &[(Box<[u8]>, u64)]) -> Vec<(String, u64)> {
+        entries
+            .iter()
+            .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), *v))
+            .collect()
+    }
+
+    #[test]
+    fn writes_are_collapsed_per_key_and_reach_the_backend_only_when_committed() {
+        let (mut state, h) = state();
+        let mut view = state.view(h);
+        view.put(b"a", 1);
+        view.put(b"a", 2);
+        view.put(b"b", 5);
+        view.delete(b"b");
+        let changelog = state.changelog().unwrap();
+        assert_eq!(changelog.len(), 2, "one entry per key");
+        assert_eq!(changelog[0].value.as_deref(), Some(&b"2"[..]));
+        assert_eq!(changelog[1].value, None);
+        assert_eq!(
+            state.backend.get(0, b"a").unwrap(),
+            None,
+            "nothing applied before commit"
+        );
+        state
+            .committed(changelog, &[("offsets".into(), b"7".to_vec())])
+            .unwrap();
+        assert_eq!(
+            state.backend.get(0, b"a").unwrap().as_deref(),
+            Some(&b"2"[..])
+        );
+        assert_eq!(state.meta("offsets").unwrap(), Some(b"7".to_vec()));
+        assert!(!state.has_pending());
+    }
+
+    #[test]
+    fn abort_drops_pending_writes_and_keeps_committed_state() {
+        let (mut state, h) = state();
+        state.view(h).put(b"a", 1);
+        let entries = state.changelog().unwrap();
+        state.committed(entries, &[]).unwrap();
+        let mut view = state.view(h);
+        *view.get_mut(b"a").unwrap().unwrap() = 10;
+        view.put(b"b", 2);
+        state.abort();
+        let mut view = state.view(h);
+        assert_eq!(view.get(b"a").unwrap(), Some(&1));
+        assert_eq!(view.get(b"b").unwrap(), None);
+        assert!(!state.has_pending());
+    }
+
+    #[test]
+    fn ranges_merge_pending_writes_over_committed_entries() {
+        let (mut state, h) = state();
+        let mut view = state.view(h);
+        for (k, v) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
+            view.put(k.as_bytes(), v);
+        }
+        let entries = state.changelog().unwrap();
+        state.committed(entries, &[]).unwrap();
+        // Drop the cache so reads go to the backend.
+        state.overlays[0].as_mut().unwrap().committed(0);
+        let mut view = state.view(h);
+        view.delete(b"b");
+        view.put(b"c", 30);
+        view.put(b"bb", 22);
+        let all = view.range(Bound::Unbounded, Bound::Unbounded, 10).unwrap();
+        assert_eq!(
+            keys(&all),
+            vec![
+                ("a".into(), 1),
+                ("bb".into(), 22),
+                ("c".into(), 30),
+                ("d".into(), 4)
+            ]
+        );
+        let limited = view
+            .range(Bound::Included(b"b"), Bound::Unbounded, 2)
+            .unwrap();
+        assert_eq!(keys(&limited), vec![("bb".into(), 22), ("c".into(), 30)]);
+        let prefixed = view.prefix(b"b", 10).unwrap();
+        assert_eq!(keys(&prefixed), vec![("bb".into(), 22)]);
+    }
+
+    #[test]
+    fn take_returns_the_value_and_deletes_it() {
+        let (mut state, h) = state();
+        state.view(h).put(b"k", 4);
+        let entries = state.changelog().unwrap();
+        state.committed(entries, &[]).unwrap();
+        let mut view = state.view(h);
+        assert_eq!(view.take(b"k").unwrap(), Some(4));
+        assert_eq!(view.get(b"k").unwrap(), None);
+        assert_eq!(state.changelog().unwrap()[0].value, None);
+    }
+
+    #[test]
+    fn prefix_end_handles_trailing_max_bytes() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xff, 0xff]), None);
+    }
+}

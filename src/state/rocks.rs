@@ -1,0 +1,218 @@
+//! The RocksDB [`StateBackend`]: one database per task, one column family
+//! per declared store, metadata (changelog offsets) in the default column
+//! family, every commit one atomic `WriteBatch`.
+
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+
+use rocksdb::{
+    ColumnFamily, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, ReadOptions,
+    WriteBatch,
+};
+
+use super::{RawIter, RawWrite, StateBackend, StateError};
+
+const META_PREFIX: &[u8] = b"streamfold.meta/";
+
+pub struct RocksBackend {
+    db: DB,
+    stores: Vec<String>,
+    path: PathBuf,
+}
+
+fn backend_error(path: &Path, e: rocksdb::Error) -> StateError {
+    StateError::Backend(format!("RocksDB at {}: {e}", path.display()))
+}
+
+impl RocksBackend {
+    /// Opens (or creates) the database at `path` with a column family per
+    /// store. Column families of stores the topology no longer declares
+    /// are dropped.
+    pub fn open(path: &Path, stores: &[String]) -> Result<RocksBackend, StateError> {
+        std::fs::create_dir_all(path)
+            .map_err(|e| StateError::Backend(format!("cannot create {}: {e}", path.display())))?;
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        let existing = DB::list_cf(&options, path).unwrap_or_default();
+        let mut families: Vec<String> = stores.to_vec();
+        for name in &existing {
+            if name != rocksdb::DEFAULT_COLUMN_FAMILY_NAME && !families.contains(name) {
+                families.push(name.clone());
+            }
+        }
+        let descriptors = families
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(name, store_options()));
+        let mut db = DB::open_cf_descriptors(&options, path, descriptors)
+            .map_err(|e| backend_error(path, e))?;
+        for stale in &families[stores.len()..] {
+            tracing::info!(path = %path.display(), store = %stale, "Dropping state of a store the topology no longer declares.");
+            db.drop_cf(stale).map_err(|e| backend_error(path, e))?;
+        }
+        Ok(RocksBackend {
+            db,
+            stores: stores.to_vec(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn cf(&self, store: usize) -> Result<&ColumnFamily, StateError> {
+        self.stores
+            .get(store)
+            .and_then(|name| self.db.cf_handle(name))
+            .ok_or_else(|| StateError::Backend(format!("no column family for store #{store}")))
+    }
+}
+
+fn store_options() -> Options {
+    let mut options = Options::default();
+    options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    options
+}
+
+fn meta_key(key: &str) -> Vec<u8> {
+    let mut out = META_PREFIX.to_vec();
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
+impl StateBackend for RocksBackend {
+    fn get(&self, store: usize, key: &[u8]) -> Result<Option<Box<[u8]>>, StateError> {
+        let cf = self.cf(store)?;
+        self.db
+            .get_pinned_cf(cf, key)
+            .map(|v| v.map(|v| Box::from(v.as_ref())))
+            .map_err(|e| backend_error(&self.path, e))
+    }
+
+    fn range<'a>(&'a self, store: usize, from: Bound<&[u8]>, to: Bound<&[u8]>) -> RawIter<'a> {
+        let cf = match self.cf(store) {
+            Ok(cf) => cf,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
+        let mut read = ReadOptions::default();
+        match to {
+            Bound::Excluded(end) => read.set_iterate_upper_bound(end.to_vec()),
+            // The upper bound is exclusive: the smallest key after `end`.
+            Bound::Included(end) => {
+                let mut after = end.to_vec();
+                after.push(0);
+                read.set_iterate_upper_bound(after);
+            }
+            Bound::Unbounded => {}
+        }
+        let (mode, skip) = match from {
+            Bound::Included(start) => (IteratorMode::From(start, Direction::Forward), None),
+            Bound::Excluded(start) => (
+                IteratorMode::From(start, Direction::Forward),
+                Some(start.to_vec()),
+            ),
+            Bound::Unbounded => (IteratorMode::Start, None),
+        };
+        let path = self.path.clone();
+        Box::new(
+            self.db
+                .iterator_cf_opt(cf, read, mode)
+                .filter(move |item| !matches!((item, &skip), (Ok((k, _)), Some(s)) if k.as_ref() == s.as_slice()))
+                .map(move |item| item.map_err(|e| backend_error(&path, e))),
+        )
+    }
+
+    fn apply(&mut self, writes: &[RawWrite], meta: &[(String, Vec<u8>)]) -> Result<(), StateError> {
+        let mut batch = WriteBatch::default();
+        for write in writes {
+            let cf = self.cf(write.store)?;
+            match &write.value {
+                Some(value) => batch.put_cf(cf, &write.key, value),
+                None => batch.delete_cf(cf, &write.key),
+            }
+        }
+        for (key, value) in meta {
+            batch.put(meta_key(key), value);
+        }
+        self.db
+            .write(batch)
+            .map_err(|e| backend_error(&self.path, e))
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StateError> {
+        self.db
+            .get(meta_key(key))
+            .map_err(|e| backend_error(&self.path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(store: usize, key: &str, value: Option<&str>) -> RawWrite {
+        RawWrite {
+            store,
+            key: key.as_bytes().into(),
+            value: value.map(|v| v.as_bytes().into()),
+        }
+    }
+
+    fn keys(iter: RawIter<'_>) -> Vec<String> {
+        iter.map(|r| String::from_utf8(r.unwrap().0.to_vec()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn writes_meta_and_ranges_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let stores = vec!["a-open".to_string(), "a-timers".to_string()];
+        {
+            let mut db = RocksBackend::open(dir.path(), &stores).unwrap();
+            db.apply(
+                &[
+                    write(0, "k1", Some("v1")),
+                    write(0, "k2", Some("v2")),
+                    write(1, "t", Some("")),
+                ],
+                &[("offsets".into(), b"12".to_vec())],
+            )
+            .unwrap();
+            db.apply(&[write(0, "k2", None), write(0, "k3", Some("v3"))], &[])
+                .unwrap();
+        }
+        let db = RocksBackend::open(dir.path(), &stores).unwrap();
+        assert_eq!(db.get(0, b"k1").unwrap().as_deref(), Some(&b"v1"[..]));
+        assert_eq!(db.get(0, b"k2").unwrap(), None);
+        assert_eq!(db.meta("offsets").unwrap(), Some(b"12".to_vec()));
+        assert_eq!(
+            keys(db.range(0, Bound::Unbounded, Bound::Unbounded)),
+            vec!["k1", "k3"]
+        );
+        assert_eq!(
+            keys(db.range(0, Bound::Excluded(b"k1"), Bound::Included(b"k3"))),
+            vec!["k3"]
+        );
+        assert_eq!(
+            keys(db.range(0, Bound::Included(b"k1"), Bound::Excluded(b"k3"))),
+            vec!["k1"]
+        );
+        assert_eq!(
+            keys(db.range(1, Bound::Unbounded, Bound::Unbounded)),
+            vec!["t"]
+        );
+    }
+
+    #[test]
+    fn stores_dropped_from_the_topology_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut db =
+                RocksBackend::open(dir.path(), &["old".to_string(), "kept".to_string()]).unwrap();
+            db.apply(&[write(0, "x", Some("1")), write(1, "y", Some("2"))], &[])
+                .unwrap();
+        }
+        let db = RocksBackend::open(dir.path(), &["kept".to_string()]).unwrap();
+        assert_eq!(db.get(0, b"y").unwrap().as_deref(), Some(&b"2"[..]));
+        let families = DB::list_cf(&Options::default(), dir.path()).unwrap();
+        assert!(!families.contains(&"old".to_string()), "{families:?}");
+    }
+}

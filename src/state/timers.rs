@@ -1,0 +1,213 @@
+//! Durable timers: "call me back for this key at this time, on this clock".
+//!
+//! Each timer-driven node gets a store `<node>-timers` whose keys are
+//! `[clock][deadline][key]`, so the due timers of a clock are a prefix range
+//! scan in deadline order and survive restarts through the changelog like
+//! any other state. A cached lower bound of the earliest deadline per clock
+//! makes "is anything due?" free on the per-record path.
+
+use std::ops::Bound;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{StateError, StateSet, StoreHandle};
+use crate::record::Timestamp;
+
+/// Which clock a timer follows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    /// Wall-clock time: fires from the punctuation tick even when no
+    /// records arrive.
+    #[default]
+    Processing,
+    /// Record time, advanced per task by the records it processes.
+    Event,
+}
+
+impl Clock {
+    fn tag(self) -> u8 {
+        match self {
+            Clock::Processing => 0,
+            Clock::Event => 1,
+        }
+    }
+
+    fn index(self) -> usize {
+        usize::from(self.tag())
+    }
+}
+
+/// A timer that came due.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timer {
+    pub clock: Clock,
+    pub at: Timestamp,
+    pub key: Box<[u8]>,
+}
+
+const HEADER: usize = 9;
+
+fn encode(clock: Clock, at: Timestamp, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + key.len());
+    out.push(clock.tag());
+    // Flip the sign bit so big-endian byte order is numeric order.
+    out.extend_from_slice(&((at as u64) ^ (1 << 63)).to_be_bytes());
+    out.extend_from_slice(key);
+    out
+}
+
+fn decode(clock: Clock, bytes: &[u8]) -> Option<Timer> {
+    let deadline: [u8; 8] = bytes.get(1..HEADER)?.try_into().ok()?;
+    Some(Timer {
+        clock,
+        at: (u64::from_be_bytes(deadline) ^ (1 << 63)) as i64,
+        key: bytes[HEADER..].into(),
+    })
+}
+
+/// The timers of one node in one task.
+pub struct TimerState {
+    store: StoreHandle<()>,
+    /// Per clock: a lower bound of the earliest deadline (`None`: unknown,
+    /// `Some(Timestamp::MAX)`: no timers).
+    next: [Option<Timestamp>; 2],
+}
+
+impl TimerState {
+    /// Timers stored in `<node>-timers`.
+    pub fn declare(state: &mut StateSet, store_name: &str) -> Result<TimerState, StateError> {
+        Ok(TimerState {
+            store: state.declare::<()>(store_name)?,
+            next: [None, None],
+        })
+    }
+
+    pub fn set(&mut self, state: &mut StateSet, clock: Clock, at: Timestamp, key: &[u8]) {
+        state.view(self.store).put(&encode(clock, at, key), ());
+        if let Some(next) = &mut self.next[clock.index()] {
+            *next = (*next).min(at);
+        }
+    }
+
+    pub fn cancel(&mut self, state: &mut StateSet, clock: Clock, at: Timestamp, key: &[u8]) {
+        // The cached bound may now be early; `due` finds nothing and
+        // recomputes it.
+        state.view(self.store).delete(&encode(clock, at, key));
+    }
+
+    /// Removes and returns up to `limit` timers of `clock` due at `now`,
+    /// earliest first.
+    pub fn due(
+        &mut self,
+        state: &mut StateSet,
+        clock: Clock,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Timer>, StateError> {
+        if self.next[clock.index()].is_some_and(|next| next > now) {
+            return Ok(Vec::new());
+        }
+        let from = encode(clock, Timestamp::MIN, b"");
+        let upto = encode(clock, now.saturating_add(1), b"");
+        let mut view = state.view(self.store);
+        let entries = view.range(Bound::Included(&from), Bound::Excluded(&upto), limit)?;
+        let mut fired = Vec::with_capacity(entries.len());
+        for (key, ()) in entries {
+            view.delete(&key);
+            if let Some(timer) = decode(clock, &key) {
+                fired.push(timer);
+            }
+        }
+        if fired.len() < limit {
+            // Everything due is out; learn the next deadline.
+            let end = [clock.tag() + 1];
+            let next = view.range(Bound::Included(&upto), Bound::Excluded(&end), 1)?;
+            self.next[clock.index()] = Some(
+                next.first()
+                    .and_then(|(key, ())| decode(clock, key))
+                    .map_or(Timestamp::MAX, |t| t.at),
+            );
+        }
+        Ok(fired)
+    }
+
+    /// Forgets the cached bound (after an abort dropped pending timers).
+    pub fn reset(&mut self) {
+        self.next = [None, None];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::memory::MemoryBackend;
+    use super::*;
+
+    fn setup() -> (StateSet, TimerState) {
+        let mut state = StateSet::new(Box::new(MemoryBackend::new(1)), vec!["n-timers".into()]);
+        let timers = TimerState::declare(&mut state, "n-timers").unwrap();
+        (state, timers)
+    }
+
+    #[test]
+    fn timers_fire_in_deadline_order_per_clock_and_only_once() {
+        let (mut state, mut timers) = setup();
+        timers.set(&mut state, Clock::Processing, 300, b"c");
+        timers.set(&mut state, Clock::Processing, -5, b"a");
+        timers.set(&mut state, Clock::Processing, 100, b"b");
+        timers.set(&mut state, Clock::Event, 50, b"e");
+        let due = timers.due(&mut state, Clock::Processing, 100, 10).unwrap();
+        let keys: Vec<_> = due.iter().map(|t| (t.at, t.key.to_vec())).collect();
+        assert_eq!(keys, vec![(-5, b"a".to_vec()), (100, b"b".to_vec())]);
+        assert!(
+            timers
+                .due(&mut state, Clock::Processing, 100, 10)
+                .unwrap()
+                .is_empty()
+        );
+        let event = timers.due(&mut state, Clock::Event, 1000, 10).unwrap();
+        assert_eq!(event.len(), 1);
+        let later = timers.due(&mut state, Clock::Processing, 1000, 10).unwrap();
+        assert_eq!(later[0].key.as_ref(), b"c");
+    }
+
+    #[test]
+    fn cancelled_timers_do_not_fire_and_new_early_ones_do() {
+        let (mut state, mut timers) = setup();
+        timers.set(&mut state, Clock::Processing, 100, b"a");
+        assert!(
+            timers
+                .due(&mut state, Clock::Processing, 50, 10)
+                .unwrap()
+                .is_empty()
+        );
+        timers.cancel(&mut state, Clock::Processing, 100, b"a");
+        timers.set(&mut state, Clock::Processing, 60, b"b");
+        let due = timers.due(&mut state, Clock::Processing, 200, 10).unwrap();
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].key.as_ref(), b"b");
+    }
+
+    #[test]
+    fn limits_leave_the_rest_for_the_next_call() {
+        let (mut state, mut timers) = setup();
+        for i in 0..5u8 {
+            timers.set(&mut state, Clock::Processing, i64::from(i), &[i]);
+        }
+        assert_eq!(
+            timers
+                .due(&mut state, Clock::Processing, 10, 3)
+                .unwrap()
+                .len(),
+            3
+        );
+        assert_eq!(
+            timers
+                .due(&mut state, Clock::Processing, 10, 3)
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+}

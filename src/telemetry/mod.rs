@@ -1,0 +1,160 @@
+//! Metric names and the per-node counters operators update.
+//!
+//! Operators never talk to the metrics registry: they bump plain array
+//! slots in [`NodeStats`] (no locking, no label lookup per record) and the
+//! runtime publishes the deltas once per commit. Names follow
+//! `streamfold_<subsystem>_<name>_<unit>`; labels are limited to
+//! `topology`, `node`, `store` and `partition`, so cardinality stays
+//! bounded (never a record key as a label).
+
+pub mod logging;
+pub mod metrics;
+
+/// Records a node received.
+pub const NODE_RECORDS_IN: &str = "streamfold_node_records_in_total";
+/// Records a node emitted.
+pub const NODE_RECORDS_OUT: &str = "streamfold_node_records_out_total";
+/// Records sent to the dead-letter topic, by the node that rejected them.
+pub const DEAD_LETTERS: &str = "streamfold_node_dead_letters_total";
+/// Records the engine dropped on purpose (counted, never silent).
+pub const NODE_DROPPED: &str = "streamfold_node_dropped_records_total";
+/// Repartition records dropped because their upstream record was already
+/// seen (re-delivered after an aborted transaction).
+pub const REPARTITION_DUPLICATES: &str = "streamfold_node_repartition_duplicates_total";
+/// Events that reached a fold (the denominator of the folding ratio).
+pub const FOLD_ELIGIBLE: &str = "streamfold_fold_eligible_events_total";
+/// Events merged into an already-open fold (the numerator).
+pub const FOLD_FOLDED: &str = "streamfold_fold_folded_events_total";
+/// Folding ratio `folded / eligible` since start, 0..1.
+pub const FOLD_RATIO: &str = "streamfold_fold_folding_ratio";
+/// Folds currently open.
+pub const FOLD_OPEN: &str = "streamfold_fold_open_folds";
+/// Folds closed because the key went quiet.
+pub const FOLD_CLOSED_QUIET: &str = "streamfold_fold_closed_quiet_total";
+/// Folds closed by the `max_wait` cap.
+pub const FOLD_CLOSED_MAX_WAIT: &str = "streamfold_fold_closed_max_wait_total";
+/// Folds closed by `max_events`.
+pub const FOLD_CLOSED_MAX_EVENTS: &str = "streamfold_fold_closed_max_events_total";
+
+/// Something an operator counts, one slot per variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum NodeCounter {
+    RecordsIn,
+    RecordsOut,
+    DeadLetters,
+    Dropped,
+    RepartitionDuplicates,
+    FoldEligible,
+    FoldFolded,
+    FoldClosedQuiet,
+    FoldClosedMaxWait,
+    FoldClosedMaxEvents,
+}
+
+impl NodeCounter {
+    pub const ALL: [NodeCounter; 10] = [
+        NodeCounter::RecordsIn,
+        NodeCounter::RecordsOut,
+        NodeCounter::DeadLetters,
+        NodeCounter::Dropped,
+        NodeCounter::RepartitionDuplicates,
+        NodeCounter::FoldEligible,
+        NodeCounter::FoldFolded,
+        NodeCounter::FoldClosedQuiet,
+        NodeCounter::FoldClosedMaxWait,
+        NodeCounter::FoldClosedMaxEvents,
+    ];
+
+    pub fn metric(self) -> &'static str {
+        match self {
+            NodeCounter::RecordsIn => NODE_RECORDS_IN,
+            NodeCounter::RecordsOut => NODE_RECORDS_OUT,
+            NodeCounter::DeadLetters => DEAD_LETTERS,
+            NodeCounter::Dropped => NODE_DROPPED,
+            NodeCounter::RepartitionDuplicates => REPARTITION_DUPLICATES,
+            NodeCounter::FoldEligible => FOLD_ELIGIBLE,
+            NodeCounter::FoldFolded => FOLD_FOLDED,
+            NodeCounter::FoldClosedQuiet => FOLD_CLOSED_QUIET,
+            NodeCounter::FoldClosedMaxWait => FOLD_CLOSED_MAX_WAIT,
+            NodeCounter::FoldClosedMaxEvents => FOLD_CLOSED_MAX_EVENTS,
+        }
+    }
+}
+
+/// A level an operator tracks (up and down).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum NodeGauge {
+    FoldsOpen,
+}
+
+impl NodeGauge {
+    pub const ALL: [NodeGauge; 1] = [NodeGauge::FoldsOpen];
+
+    pub fn metric(self) -> &'static str {
+        match self {
+            NodeGauge::FoldsOpen => FOLD_OPEN,
+        }
+    }
+}
+
+/// Counters and gauges of one node in one task.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    counters: [u64; NodeCounter::ALL.len()],
+    gauges: [i64; NodeGauge::ALL.len()],
+}
+
+impl NodeStats {
+    pub fn add(&mut self, counter: NodeCounter, n: u64) {
+        self.counters[counter as usize] += n;
+    }
+
+    pub fn get(&self, counter: NodeCounter) -> u64 {
+        self.counters[counter as usize]
+    }
+
+    pub fn gauge_add(&mut self, gauge: NodeGauge, delta: i64) {
+        self.gauges[gauge as usize] += delta;
+    }
+
+    pub fn gauge(&self, gauge: NodeGauge) -> i64 {
+        self.gauges[gauge as usize]
+    }
+
+    /// Adds `other` into `self` (summing tasks of one node).
+    pub fn merge(&mut self, other: &NodeStats) {
+        for (a, b) in self.counters.iter_mut().zip(other.counters) {
+            *a += b;
+        }
+        for (a, b) in self.gauges.iter_mut().zip(other.gauges) {
+            *a += b;
+        }
+    }
+
+    /// `folded / eligible`, the article's folding ratio, if anything was
+    /// eligible.
+    pub fn folding_ratio(&self) -> Option<f64> {
+        let eligible = self.get(NodeCounter::FoldEligible);
+        (eligible > 0).then(|| self.get(NodeCounter::FoldFolded) as f64 / eligible as f64)
+    }
+}
+
+/// Duration of each commit (changelogs, offsets, transaction commit).
+pub const COMMIT_DURATION: &str = "streamfold_commit_duration_seconds";
+/// Transactions committed (commits, under at_least_once).
+pub const TRANSACTIONS_COMMITTED: &str = "streamfold_transactions_committed_total";
+/// Transactions aborted.
+pub const TRANSACTIONS_ABORTED: &str = "streamfold_transactions_aborted_total";
+/// Changelog records applied while restoring state.
+pub const RESTORE_RECORDS: &str = "streamfold_restore_records_restored_total";
+/// Changelog records skipped while restoring (written by transactions that
+/// did not commit).
+pub const RESTORE_SKIPPED: &str = "streamfold_restore_records_skipped_total";
+/// Changelog records left to restore.
+pub const RESTORE_REMAINING: &str = "streamfold_restore_records_remaining";
+/// Consumer lag per input partition, from librdkafka statistics.
+pub const CONSUMER_LAG: &str = "streamfold_consumer_lag_records";
+/// Tasks currently running (restored and processing).
+pub const TASKS_RUNNING: &str = "streamfold_runtime_tasks_running";

@@ -1,0 +1,258 @@
+//! The topology file format: what a user writes in `topology.yaml`.
+//!
+//! These are plain serde types with a doc comment on every field; `streamfold
+//! schema` prints them as JSON Schema. The loader ([`super::load`]) reads
+//! each section separately so every mistake in a file is reported at once.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::types::{HumanDuration, Inputs, JsonPointer};
+use crate::operators::NodeKind;
+
+/// A streamfold topology: where records come from, what happens to them,
+/// and where they go.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct TopologyFile {
+    /// Application id. Names the consumer group, the transactional id prefix
+    /// and every internal topic (`<name>-<store>-changelog`). Letters, digits,
+    /// `.`, `_` and `-`.
+    pub name: String,
+    /// Free text shown by `streamfold describe`.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// How to reach Kafka.
+    pub kafka: KafkaConfig,
+    /// Delivery guarantee, commit cadence and local state.
+    #[serde(default)]
+    pub processing: ProcessingConfig,
+    /// Input topics, by name.
+    pub sources: BTreeMap<String, SourceConfig>,
+    /// Operators, by name. Each reads from `input` (a source or node).
+    #[serde(default)]
+    pub nodes: BTreeMap<String, NodeConfig>,
+    /// Output topics, by name. Each writes what its `input` emits.
+    pub sinks: BTreeMap<String, SinkConfig>,
+    /// Where records that cannot be processed go, with the reason in their
+    /// headers. Defaults to the topic `<name>-dlq`.
+    #[serde(default)]
+    pub dead_letter: Option<DeadLetterConfig>,
+}
+
+/// Connection to Kafka. Values may use `${VAR}` or `${VAR:-default}`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct KafkaConfig {
+    /// Comma-separated `host:port` list (librdkafka `bootstrap.servers`).
+    pub bootstrap_servers: String,
+    /// Any librdkafka property for every client (consumer, producer, admin):
+    /// `security.protocol`, `sasl.mechanism`, `ssl.ca.location`, ...
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    /// librdkafka properties for the consumer only (`fetch.max.bytes`, ...).
+    #[serde(default)]
+    pub consumer: BTreeMap<String, String>,
+    /// librdkafka properties for the producer only (`linger.ms`, ...).
+    #[serde(default)]
+    pub producer: BTreeMap<String, String>,
+    /// Use static group membership (`group.instance.id` = the instance id),
+    /// so a restarted instance gets its partitions back without a rebalance.
+    #[serde(default)]
+    pub static_membership: bool,
+}
+
+/// Delivery guarantee.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Guarantee {
+    /// Outputs, state changelogs, dead letters and consumer offsets are
+    /// committed in one Kafka transaction.
+    #[default]
+    ExactlyOnce,
+    /// Offsets are committed after outputs are acknowledged; a crash may
+    /// repeat outputs.
+    AtLeastOnce,
+}
+
+/// How records are processed and committed.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct ProcessingConfig {
+    /// `exactly_once` (default) or `at_least_once`.
+    #[serde(default)]
+    pub guarantee: Guarantee,
+    /// How often to commit. Defaults to 100ms under exactly_once (the Kafka
+    /// Streams default) and 5s under at_least_once.
+    #[serde(default)]
+    pub commit_interval: Option<HumanDuration>,
+    /// Directory for local state (one RocksDB per task under
+    /// `<state_dir>/<name>/<task>/`).
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    /// How often wall-clock (`processing`) timers are checked, so a fold
+    /// closes when its key goes quiet even with no new input.
+    #[serde(default = "default_punctuation_interval")]
+    pub punctuation_interval: HumanDuration,
+    /// Kafka transaction timeout (`transaction.timeout.ms`).
+    #[serde(default = "default_transaction_timeout")]
+    pub transaction_timeout: HumanDuration,
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("./streamfold-state")
+}
+
+fn default_punctuation_interval() -> HumanDuration {
+    HumanDuration::from_millis(250)
+}
+
+fn default_transaction_timeout() -> HumanDuration {
+    HumanDuration::from_secs(60)
+}
+
+impl Default for ProcessingConfig {
+    fn default() -> Self {
+        ProcessingConfig {
+            guarantee: Guarantee::default(),
+            commit_interval: None,
+            state_dir: default_state_dir(),
+            punctuation_interval: default_punctuation_interval(),
+            transaction_timeout: default_transaction_timeout(),
+        }
+    }
+}
+
+impl ProcessingConfig {
+    pub fn commit_interval(&self) -> HumanDuration {
+        self.commit_interval.unwrap_or(match self.guarantee {
+            Guarantee::ExactlyOnce => HumanDuration::from_millis(100),
+            Guarantee::AtLeastOnce => HumanDuration::from_secs(5),
+        })
+    }
+}
+
+/// Encoding of record values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// UTF-8 JSON.
+    #[default]
+    Json,
+}
+
+/// Encoding of record keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyFormat {
+    /// UTF-8 text (the common case: `account_1`).
+    #[default]
+    String,
+    /// JSON; grouping uses the key's bytes as written.
+    Json,
+    /// Opaque bytes.
+    Bytes,
+    /// Records carry no meaningful key: stateful nodes must set `key_by`.
+    None,
+}
+
+/// Where to start reading a partition that has no committed offset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OffsetReset {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+/// An input topic.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct SourceConfig {
+    /// Kafka topic to read.
+    pub topic: String,
+    /// Value encoding.
+    #[serde(default)]
+    pub format: Format,
+    /// Key encoding.
+    #[serde(default)]
+    pub key_format: KeyFormat,
+    /// Field holding the record's event time (epoch milliseconds or an
+    /// RFC 3339 string). Defaults to the Kafka record timestamp.
+    #[serde(default)]
+    pub timestamp: Option<JsonPointer>,
+    /// Where to start when the group has no committed offset.
+    #[serde(default)]
+    pub offset_reset: OffsetReset,
+}
+
+/// An output topic.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct SinkConfig {
+    /// Kafka topic to write.
+    pub topic: String,
+    /// What feeds this sink: a node or source name.
+    pub input: Inputs,
+    /// Value encoding.
+    #[serde(default)]
+    pub format: Format,
+    /// Key encoding.
+    #[serde(default)]
+    pub key_format: KeyFormat,
+    /// Create the topic at startup if it does not exist (otherwise a
+    /// missing topic is a startup error).
+    #[serde(default)]
+    pub create: bool,
+    /// Partitions when created; defaults to the sources' partition count.
+    /// Only with `create: true`.
+    #[serde(default)]
+    pub partitions: Option<NonZeroU32>,
+    /// Create the topic compacted (`cleanup.policy=compact`), for read
+    /// models and checkpoints keyed by entity. Only with `create: true`.
+    #[serde(default)]
+    pub compact: bool,
+}
+
+/// The dead-letter topic.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct DeadLetterConfig {
+    /// Kafka topic for dead letters; created at startup when missing.
+    pub topic: String,
+}
+
+/// Fields every node has, beside its `type` and the operator's own options.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct NodeCommon {
+    /// What feeds this node: a source or node name (`node.output` for a
+    /// node with named outputs), or a list of them.
+    pub input: Inputs,
+    /// Group by this field of the value instead of the record key. The
+    /// runtime routes records through the internal topic
+    /// `<name>-<node>-repartition` so each group lives on one task.
+    #[serde(default)]
+    pub key_by: Option<JsonPointer>,
+    /// Free text shown by `streamfold describe`.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// Names of the [`NodeCommon`] fields, which the loader reads apart from
+/// the operator's own options.
+pub const NODE_COMMON_FIELDS: &[&str] = &["type", "input", "key_by", "description"];
+
+/// A node: the common fields plus one operator, chosen by `type`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[schemars(extend("unevaluatedProperties" = false))]
+pub struct NodeConfig {
+    #[serde(flatten)]
+    pub common: NodeCommon,
+    #[serde(flatten)]
+    pub kind: NodeKind,
+}

@@ -1,0 +1,276 @@
+//! Value types that topology fields share: human durations, JSON pointers
+//! and references to upstream nodes.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+/// A duration written for humans: `"250ms"`, `"5s"`, `"5m"`, `"1h 30m"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HumanDuration(pub Duration);
+
+impl HumanDuration {
+    pub const fn from_millis(ms: u64) -> HumanDuration {
+        HumanDuration(Duration::from_millis(ms))
+    }
+
+    pub const fn from_secs(secs: u64) -> HumanDuration {
+        HumanDuration(Duration::from_secs(secs))
+    }
+
+    /// The duration in whole milliseconds, the unit of every clock here.
+    pub fn as_millis(self) -> i64 {
+        i64::try_from(self.0.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    pub fn parse(text: &str) -> Result<HumanDuration, String> {
+        humantime::parse_duration(text)
+            .map(HumanDuration)
+            .map_err(|_| format!("expected a duration like \"5m\" or \"250ms\", found \"{text}\""))
+    }
+}
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        HumanDuration::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for HumanDuration {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl JsonSchema for HumanDuration {
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "description": "A duration such as \"250ms\", \"5s\", \"5m\" or \"1h 30m\".",
+            "pattern": "^\\s*[0-9]+\\s*[a-zµ]+(\\s*[0-9]+\\s*[a-zµ]+)*\\s*$",
+            "examples": ["250ms", "5m"]
+        })
+    }
+}
+
+/// A JSON Pointer (RFC 6901) into a record's value: `/account_id`,
+/// `/metrics/likes`, `/items/0`. Parsed once, applied per record.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct JsonPointer {
+    text: String,
+    tokens: Vec<String>,
+}
+
+impl JsonPointer {
+    pub fn parse(text: &str) -> Result<JsonPointer, String> {
+        if text.is_empty() {
+            return Ok(JsonPointer {
+                text: String::new(),
+                tokens: Vec::new(),
+            });
+        }
+        let Some(rest) = text.strip_prefix('/') else {
+            return Err(format!(
+                "`{text}` is not a JSON pointer: write `/{text}` (pointers start with `/`)"
+            ));
+        };
+        let mut tokens = Vec::new();
+        for raw in rest.split('/') {
+            let mut token = String::with_capacity(raw.len());
+            let mut chars = raw.chars();
+            while let Some(c) = chars.next() {
+                if c == '~' {
+                    match chars.next() {
+                        Some('0') => token.push('~'),
+                        Some('1') => token.push('/'),
+                        _ => {
+                            return Err(format!(
+                                "`{text}` is not a JSON pointer: `~` must be followed by 0 or 1"
+                            ));
+                        }
+                    }
+                } else {
+                    token.push(c);
+                }
+            }
+            tokens.push(token);
+        }
+        Ok(JsonPointer {
+            text: text.to_string(),
+            tokens,
+        })
+    }
+
+    /// The value the pointer designates, if present.
+    pub fn get<'v>(&self, value: &'v Value) -> Option<&'v Value> {
+        let mut current = value;
+        for token in &self.tokens {
+            current = match current {
+                Value::Object(map) => map.get(token.as_str())?,
+                Value::Array(items) => items.get(token.parse::<usize>().ok()?)?,
+                _ => return None,
+            };
+        }
+        Some(current)
+    }
+
+    /// The last reference token: the natural field name for what the
+    /// pointer designates (`/account_id` → `account_id`).
+    pub fn last_token(&self) -> Option<&str> {
+        self.tokens.last().map(String::as_str)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Debug for JsonPointer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "JsonPointer({:?})", self.text)
+    }
+}
+
+impl fmt::Display for JsonPointer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for JsonPointer {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        JsonPointer::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for JsonPointer {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl JsonSchema for JsonPointer {
+    fn schema_name() -> Cow<'static, str> {
+        "JsonPointer".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "description": "A JSON Pointer (RFC 6901) into the record value, such as \"/account_id\".",
+            "pattern": "^(/.*)?$",
+            "examples": ["/account_id"]
+        })
+    }
+}
+
+/// A reference to what feeds a node or sink: a source name, a node name,
+/// or `node.output` for operators with several outputs (`route`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct InputRef(pub String);
+
+impl InputRef {
+    /// `(name, output)`; `output` is `None` for the default output.
+    pub fn split(&self) -> (&str, Option<&str>) {
+        match self.0.split_once('.') {
+            Some((name, port)) => (name, Some(port)),
+            None => (&self.0, None),
+        }
+    }
+}
+
+impl JsonSchema for InputRef {
+    fn schema_name() -> Cow<'static, str> {
+        "InputRef".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "description": "The name of a source or node, or `node.output` for an operator with named outputs."
+        })
+    }
+}
+
+/// One input or several: `input: post_metrics` or `input: [a, b]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Inputs {
+    One(InputRef),
+    Many(Vec<InputRef>),
+}
+
+impl Inputs {
+    pub fn refs(&self) -> &[InputRef] {
+        match self {
+            Inputs::One(one) => std::slice::from_ref(one),
+            Inputs::Many(many) => many,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        assert_eq!(HumanDuration::parse("5m").unwrap().as_millis(), 300_000);
+        assert_eq!(HumanDuration::parse("250ms").unwrap().as_millis(), 250);
+        assert_eq!(
+            HumanDuration::parse("1h 30m").unwrap().as_millis(),
+            5_400_000
+        );
+        let err = HumanDuration::parse("five minutes").unwrap_err();
+        assert_eq!(
+            err,
+            "expected a duration like \"5m\" or \"250ms\", found \"five minutes\""
+        );
+    }
+
+    #[test]
+    fn pointers_reach_into_objects_and_arrays_with_escapes() {
+        let value = json!({"a": {"b/c": [10, {"d~e": 7}]}});
+        let pointer = JsonPointer::parse("/a/b~1c/1/d~0e").unwrap();
+        assert_eq!(pointer.get(&value), Some(&json!(7)));
+        assert_eq!(JsonPointer::parse("/a/missing").unwrap().get(&value), None);
+        assert_eq!(JsonPointer::parse("").unwrap().get(&value), Some(&value));
+        assert_eq!(
+            JsonPointer::parse("/account_id").unwrap().last_token(),
+            Some("account_id")
+        );
+        assert!(
+            JsonPointer::parse("account_id")
+                .unwrap_err()
+                .contains("write `/account_id`")
+        );
+    }
+
+    #[test]
+    fn input_refs_split_on_the_output_name() {
+        assert_eq!(
+            InputRef("route.errors".into()).split(),
+            ("route", Some("errors"))
+        );
+        assert_eq!(InputRef("fold".into()).split(), ("fold", None));
+    }
+}
