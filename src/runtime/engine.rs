@@ -36,7 +36,7 @@ use super::partitioner::partition_for;
 use super::restore::Restorer;
 use super::task::{Output, Routing, Task, Upstream};
 use super::{RuntimeError, admin};
-use crate::formats::json;
+use crate::formats::{Codecs, json};
 use crate::record::{Origin, Record};
 use crate::state::ChangelogEntry;
 use crate::state::rocks::RocksBackend;
@@ -100,7 +100,8 @@ fn run_member(
     )
     .map_err(|e| RuntimeError::Startup(format!("cannot start the transactional producer: {e}")))?;
     let restorer = Restorer::new(&config::restore_config(topology, options), &topology.name)?;
-    let engine = Engine::new(Arc::clone(topology), options, layout, txn, restorer);
+    let codecs = Codecs::new(topology).map_err(|e| RuntimeError::Startup(e.to_string()))?;
+    let engine = Engine::new(Arc::clone(topology), options, layout, codecs, txn, restorer);
     let context = EngineContext {
         engine: Mutex::new(engine),
         app: topology.name.clone(),
@@ -283,6 +284,7 @@ struct Engine {
     /// Store index → changelog topic and its tracked-topic index.
     changelogs: Vec<(String, usize)>,
     tasks: BTreeMap<i32, Slot>,
+    codecs: Codecs,
     txn: Transactions,
     restorer: Restorer,
     outputs: Vec<Output>,
@@ -304,6 +306,7 @@ impl Engine {
         topology: Arc<Topology>,
         options: &RunOptions,
         layout: &Layout,
+        codecs: Codecs,
         mut txn: Transactions,
         restorer: Restorer,
     ) -> Engine {
@@ -352,6 +355,7 @@ impl Engine {
             input_index,
             changelogs,
             tasks: BTreeMap::new(),
+            codecs,
             txn,
             restorer,
             outputs: Vec::with_capacity(64),
@@ -577,7 +581,7 @@ impl Engine {
                         _ => message.key().map(Box::from),
                     };
                     let decoded = match message.payload() {
-                        Some(payload) => json::decode(payload),
+                        Some(payload) => self.codecs.decode(source, payload),
                         None => Err("record has no value (a tombstone)".to_string()),
                     }
                     .map(|value| Record {
@@ -661,7 +665,18 @@ impl Engine {
         for output in outputs.drain(..) {
             match output {
                 Output::Sink { sink, record } => {
-                    let payload = json::encode(&record.value);
+                    let payload = match self.codecs.encode(sink, &record.value) {
+                        Ok(payload) => payload,
+                        Err(reason) => {
+                            let name = &self.topology.sinks[sink].name;
+                            metrics::counter!(telemetry::DEAD_LETTERS, "topology" => self.topology.name.clone(), "node" => name.clone())
+                                .increment(1);
+                            let letter =
+                                super::task::dead_letter(origin, name, "record", &reason, 1);
+                            self.send_dead_letter(&letter)?;
+                            continue;
+                        }
+                    };
                     self.txn
                         .send(Produce {
                             topic: &self.topology.sinks[sink].config.topic,
@@ -707,23 +722,25 @@ impl Engine {
                         })
                         .map_err(RuntimeError::Commit)?;
                 }
-                Output::DeadLetter(letter) => {
-                    tracing::debug!(node = %letter.node, reason = letter.header(super::task::dlq_headers::REASON), "Dead letter.");
-                    self.txn
-                        .send(Produce {
-                            topic: &self.topology.dead_letter_topic,
-                            partition: None,
-                            key: letter.key.as_deref(),
-                            payload: letter.payload.as_deref(),
-                            headers: &letter.headers,
-                            timestamp: None,
-                            tracked: 0,
-                        })
-                        .map_err(RuntimeError::Commit)?;
-                }
+                Output::DeadLetter(letter) => self.send_dead_letter(&letter)?,
             }
         }
         Ok(())
+    }
+
+    fn send_dead_letter(&mut self, letter: &super::task::DeadLetter) -> Result<(), RuntimeError> {
+        tracing::debug!(node = %letter.node, reason = letter.header(super::task::dlq_headers::REASON), "Dead letter.");
+        self.txn
+            .send(Produce {
+                topic: &self.topology.dead_letter_topic,
+                partition: None,
+                key: letter.key.as_deref(),
+                payload: letter.payload.as_deref(),
+                headers: &letter.headers,
+                timestamp: None,
+                tracked: 0,
+            })
+            .map_err(RuntimeError::Commit)
     }
 
     /// Between messages: restore progress, punctuation, commits, metrics.

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::formats::json;
+use crate::formats::{Codecs, json};
 use crate::record::{Origin, Record, Timestamp};
 use crate::runtime::task::{Output, Routing, Task, TaskError};
 use crate::state::StateError;
@@ -63,6 +63,8 @@ pub enum TestkitError {
     Task(#[from] TaskError),
     #[error("state: {0}")]
     State(#[from] StateError),
+    #[error("formats: {0}")]
+    Format(#[from] crate::formats::FormatError),
 }
 
 /// One record a topic received.
@@ -336,6 +338,7 @@ impl From<StateError> for DriverError {
 /// `streamfold test` runs, usable from Rust tests too.
 pub struct Driver {
     topology: Arc<Topology>,
+    codecs: Codecs,
     task: Task,
     now: Timestamp,
     tick: i64,
@@ -355,6 +358,7 @@ impl Driver {
         task.start()?;
         let tick = topology.processing.punctuation_interval.as_millis().max(1);
         Ok(Driver {
+            codecs: Codecs::new(&topology)?,
             topology,
             task,
             now: VIRTUAL_EPOCH,
@@ -392,17 +396,20 @@ impl Driver {
         };
         *offset += 1;
         let mut outputs = Vec::new();
-        for source in sources {
-            let decoded = json::decode(&fixture.payload).map(|value| Record {
-                key: fixture.key.clone().map(Vec::into_boxed_slice),
-                value,
-                timestamp: fixture.timestamp.unwrap_or(self.now),
-                headers: fixture.headers.clone(),
-            });
+        for source in sources.iter().copied() {
+            let decoded = self
+                .codecs
+                .decode(source, &fixture.payload)
+                .map(|value| Record {
+                    key: fixture.key.clone().map(Vec::into_boxed_slice),
+                    value,
+                    timestamp: fixture.timestamp.unwrap_or(self.now),
+                    headers: fixture.headers.clone(),
+                });
             self.task
                 .process_source(source, &origin, decoded, &mut outputs)?;
         }
-        self.collect(outputs);
+        self.collect(outputs, Some(&origin));
         self.commit()?;
         Ok(())
     }
@@ -455,7 +462,7 @@ impl Driver {
             let mut outputs = Vec::new();
             self.task.fire_timers(Clock::Processing, &mut outputs)?;
             if !outputs.is_empty() {
-                self.collect(outputs);
+                self.collect(outputs, None);
             }
             self.commit()?;
         }
@@ -471,13 +478,23 @@ impl Driver {
         Ok(())
     }
 
-    fn collect(&mut self, outputs: Vec<Output>) {
+    fn collect(&mut self, outputs: Vec<Output>, origin: Option<&Origin<'_>>) {
         for output in outputs {
             match output {
                 Output::Sink { sink, record } => {
-                    let topic = self.topology.sinks[sink].config.topic.clone();
+                    let def = &self.topology.sinks[sink];
+                    let topic = def.config.topic.clone();
                     // Through the wire format and back, as a consumer sees it.
-                    let bytes = json::encode(&record.value);
+                    let bytes = match self.codecs.encode(sink, &record.value) {
+                        Ok(bytes) => bytes,
+                        Err(reason) => {
+                            let letter = crate::runtime::task::dead_letter(
+                                origin, &def.name, "record", &reason, 1,
+                            );
+                            self.collect(vec![Output::DeadLetter(letter)], origin);
+                            continue;
+                        }
+                    };
                     self.received.entry(topic).or_default().push(Received {
                         key: record.key.as_deref().map(crate::record::key_text),
                         value: json::decode(&bytes)
