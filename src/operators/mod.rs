@@ -10,12 +10,18 @@
 //! adding a variant, and the compiler points at every `match` that must
 //! learn about it.
 
+pub mod common;
+pub mod dedup;
+pub mod expr;
 pub mod fold;
+pub mod ordered;
+#[cfg(test)]
+mod testing;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::record::{Record, Timestamp};
+use crate::record::{Origin, Record, Timestamp};
 use crate::state::timers::{Clock, Timer, TimerState};
 use crate::state::{StateError, StateSet, StateValue, StoreHandle, StoreView};
 use crate::telemetry::{NodeCounter, NodeGauge, NodeStats};
@@ -28,15 +34,22 @@ pub enum NodeKind {
     /// Fold a burst of events per key into one event, emitted when the key
     /// goes quiet, after `max_wait`, or after `max_events`.
     Fold(fold::FoldConfig),
+    /// Drop records whose id was already seen within `retention`.
+    Dedup(dedup::DedupConfig),
+    /// Keep per key the update with the highest order value; drop or
+    /// dead-letter stale ones; stamp outputs with a Lamport clock.
+    Ordered(ordered::OrderedConfig),
 }
 
 impl NodeKind {
     /// Every `type` name, for "did you mean" suggestions.
-    pub const TYPES: &'static [&'static str] = &["fold"];
+    pub const TYPES: &'static [&'static str] = &["fold", "dedup", "ordered"];
 
     pub fn type_name(&self) -> &'static str {
         match self {
             NodeKind::Fold(_) => "fold",
+            NodeKind::Dedup(_) => "dedup",
+            NodeKind::Ordered(_) => "ordered",
         }
     }
 
@@ -44,6 +57,8 @@ impl NodeKind {
     pub fn spec(&self) -> &dyn OperatorSpec {
         match self {
             NodeKind::Fold(config) => config,
+            NodeKind::Dedup(config) => config,
+            NodeKind::Ordered(config) => config,
         }
     }
 
@@ -59,6 +74,8 @@ impl NodeKind {
         let skip = NODE_COMMON_FIELDS;
         Some(match type_name {
             "fold" => from_entries(body, path, skip).map(NodeKind::Fold),
+            "dedup" => from_entries(body, path, skip).map(NodeKind::Dedup),
+            "ordered" => from_entries(body, path, skip).map(NodeKind::Ordered),
             _ => return None,
         })
     }
@@ -200,6 +217,9 @@ pub struct Context<'a> {
     pub(crate) stats: &'a mut NodeStats,
     pub(crate) clocks: Clocks,
     pub(crate) input: usize,
+    /// Where the record being processed was read; `None` in timers and
+    /// `on_start`.
+    pub(crate) origin: Option<&'a Origin<'a>>,
 }
 
 impl Context<'_> {
@@ -245,6 +265,14 @@ impl Context<'_> {
     /// Which of the node's inputs the current record came from.
     pub fn input(&self) -> usize {
         self.input
+    }
+
+    /// Where the record being processed was read: source (or repartition)
+    /// topic, partition and offset. Records an upstream node emitted carry
+    /// the position of the input record they came from. `None` in
+    /// [`Operator::on_timer`] and [`Operator::on_start`].
+    pub fn origin(&self) -> Option<&Origin<'_>> {
+        self.origin
     }
 }
 

@@ -184,6 +184,7 @@ impl Task {
                     stats: &mut node.stats,
                     clocks: self.clocks,
                     input: 0,
+                    origin: None,
                 };
                 node.operator.on_start(&mut ctx)
             };
@@ -338,6 +339,7 @@ impl Task {
                             stats: &mut node.stats,
                             clocks: self.clocks,
                             input: 0,
+                            origin: None,
                         };
                         node.operator.on_timer(timer, &mut ctx)
                     };
@@ -432,6 +434,7 @@ impl Task {
                 stats: &mut node.stats,
                 clocks: self.clocks,
                 input,
+                origin,
             };
             node.operator.process(record, &mut ctx)
         };

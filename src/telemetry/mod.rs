@@ -35,6 +35,42 @@ pub const FOLD_CLOSED_QUIET: &str = "streamfold_fold_closed_quiet_total";
 pub const FOLD_CLOSED_MAX_WAIT: &str = "streamfold_fold_closed_max_wait_total";
 /// Folds closed by `max_events`.
 pub const FOLD_CLOSED_MAX_EVENTS: &str = "streamfold_fold_closed_max_events_total";
+/// Records whose id a `dedup` node had already seen within its retention.
+pub const DEDUP_DUPLICATES: &str = "streamfold_dedup_duplicates_total";
+/// Records a `dedup` node let through again because they were re-deliveries
+/// of the very record (same topic and offset) that was first seen.
+pub const DEDUP_REDELIVERIES: &str = "streamfold_dedup_redeliveries_total";
+/// Ids a `dedup` node forgot because their retention ended.
+pub const DEDUP_EXPIRED: &str = "streamfold_dedup_expired_ids_total";
+/// Updates an `ordered` node did not apply because they were not newer
+/// than its state.
+pub const ORDERED_STALE: &str = "streamfold_ordered_stale_updates_total";
+/// Events a `projection` node ignored because their id was already applied.
+pub const PROJECTION_DUPLICATES: &str = "streamfold_projection_duplicate_events_total";
+/// Events that arrived after a later one and made a `projection` node
+/// re-fold the entity.
+pub const PROJECTION_REFOLDS: &str = "streamfold_projection_refolds_total";
+/// Events whose name has no rule in a `projection` node.
+pub const PROJECTION_UNKNOWN: &str = "streamfold_projection_unknown_events_total";
+/// Counter events a `rollup` node ignored because an event with the same
+/// idempotency token and time was already kept (a retried write).
+pub const ROLLUP_DUPLICATES: &str = "streamfold_rollup_duplicate_events_total";
+/// Counter events older than their counter's last rollup (outside the
+/// accept limit).
+pub const ROLLUP_LATE: &str = "streamfold_rollup_late_events_total";
+/// Rollups performed (each emits a checkpoint).
+pub const ROLLUP_ROLLUPS: &str = "streamfold_rollup_rollups_total";
+/// Read triggers for counters the node has never seen.
+pub const ROLLUP_UNKNOWN_READS: &str = "streamfold_rollup_unknown_counter_reads_total";
+/// Counters waiting for a rollup (in circulation).
+pub const ROLLUP_QUEUED: &str = "streamfold_rollup_queued_counters";
+/// Records a `filter` node did not keep.
+pub const FILTER_REJECTED: &str = "streamfold_filter_rejected_records_total";
+/// Records for which a `map` expression produced no value.
+pub const MAP_EMPTY: &str = "streamfold_map_empty_results_total";
+/// Records that matched no route of a `route` node (they leave on its
+/// default output).
+pub const ROUTE_UNMATCHED: &str = "streamfold_route_unmatched_records_total";
 
 /// Something an operator counts, one slot per variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,10 +86,24 @@ pub enum NodeCounter {
     FoldClosedQuiet,
     FoldClosedMaxWait,
     FoldClosedMaxEvents,
+    DedupDuplicates,
+    DedupRedeliveries,
+    DedupExpired,
+    OrderedStale,
+    ProjectionDuplicates,
+    ProjectionRefolds,
+    ProjectionUnknown,
+    RollupDuplicates,
+    RollupLate,
+    RollupRollups,
+    RollupUnknownReads,
+    FilterRejected,
+    MapEmpty,
+    RouteUnmatched,
 }
 
 impl NodeCounter {
-    pub const ALL: [NodeCounter; 10] = [
+    pub const ALL: [NodeCounter; 24] = [
         NodeCounter::RecordsIn,
         NodeCounter::RecordsOut,
         NodeCounter::DeadLetters,
@@ -64,6 +114,20 @@ impl NodeCounter {
         NodeCounter::FoldClosedQuiet,
         NodeCounter::FoldClosedMaxWait,
         NodeCounter::FoldClosedMaxEvents,
+        NodeCounter::DedupDuplicates,
+        NodeCounter::DedupRedeliveries,
+        NodeCounter::DedupExpired,
+        NodeCounter::OrderedStale,
+        NodeCounter::ProjectionDuplicates,
+        NodeCounter::ProjectionRefolds,
+        NodeCounter::ProjectionUnknown,
+        NodeCounter::RollupDuplicates,
+        NodeCounter::RollupLate,
+        NodeCounter::RollupRollups,
+        NodeCounter::RollupUnknownReads,
+        NodeCounter::FilterRejected,
+        NodeCounter::MapEmpty,
+        NodeCounter::RouteUnmatched,
     ];
 
     pub fn metric(self) -> &'static str {
@@ -78,6 +142,20 @@ impl NodeCounter {
             NodeCounter::FoldClosedQuiet => FOLD_CLOSED_QUIET,
             NodeCounter::FoldClosedMaxWait => FOLD_CLOSED_MAX_WAIT,
             NodeCounter::FoldClosedMaxEvents => FOLD_CLOSED_MAX_EVENTS,
+            NodeCounter::DedupDuplicates => DEDUP_DUPLICATES,
+            NodeCounter::DedupRedeliveries => DEDUP_REDELIVERIES,
+            NodeCounter::DedupExpired => DEDUP_EXPIRED,
+            NodeCounter::OrderedStale => ORDERED_STALE,
+            NodeCounter::ProjectionDuplicates => PROJECTION_DUPLICATES,
+            NodeCounter::ProjectionRefolds => PROJECTION_REFOLDS,
+            NodeCounter::ProjectionUnknown => PROJECTION_UNKNOWN,
+            NodeCounter::RollupDuplicates => ROLLUP_DUPLICATES,
+            NodeCounter::RollupLate => ROLLUP_LATE,
+            NodeCounter::RollupRollups => ROLLUP_ROLLUPS,
+            NodeCounter::RollupUnknownReads => ROLLUP_UNKNOWN_READS,
+            NodeCounter::FilterRejected => FILTER_REJECTED,
+            NodeCounter::MapEmpty => MAP_EMPTY,
+            NodeCounter::RouteUnmatched => ROUTE_UNMATCHED,
         }
     }
 }
@@ -87,14 +165,16 @@ impl NodeCounter {
 #[repr(usize)]
 pub enum NodeGauge {
     FoldsOpen,
+    RollupQueued,
 }
 
 impl NodeGauge {
-    pub const ALL: [NodeGauge; 1] = [NodeGauge::FoldsOpen];
+    pub const ALL: [NodeGauge; 2] = [NodeGauge::FoldsOpen, NodeGauge::RollupQueued];
 
     pub fn metric(self) -> &'static str {
         match self {
             NodeGauge::FoldsOpen => FOLD_OPEN,
+            NodeGauge::RollupQueued => ROLLUP_QUEUED,
         }
     }
 }
