@@ -320,6 +320,20 @@ impl Program {
     }
 }
 
+/// Compiles an expression for a running operator. Every expression was
+/// compiled when the topology was checked, so this cannot fail for a loaded
+/// topology; `OperatorSpec::build` can only report state errors, so a
+/// failure (a topology built without being checked) is reported as one.
+pub fn compile_for_build(
+    expression: &Expression,
+    extra_vars: &[&'static str],
+    option: &str,
+) -> Result<Program, crate::state::StateError> {
+    Program::compile(expression.as_str(), extra_vars).map_err(|e| {
+        crate::state::StateError::Backend(format!("option `{option}` was never checked: {e}"))
+    })
+}
+
 /// Compiles `expression` for `validate`: `None` when it compiles.
 pub fn check(expression: &Expression, extra_vars: &[&'static str]) -> Option<CompileError> {
     Program::compile(expression.as_str(), extra_vars).err()

@@ -13,8 +13,13 @@
 pub mod common;
 pub mod dedup;
 pub mod expr;
+pub mod filter;
 pub mod fold;
+pub mod map;
 pub mod ordered;
+pub mod projection;
+pub mod rollup;
+pub mod route;
 #[cfg(test)]
 mod testing;
 
@@ -39,17 +44,43 @@ pub enum NodeKind {
     /// Keep per key the update with the highest order value; drop or
     /// dead-letter stale ones; stamp outputs with a Lamport clock.
     Ordered(ordered::OrderedConfig),
+    /// Rebuild an event-sourced entity from its events, in order, and emit
+    /// its read model with a version.
+    Projection(projection::ProjectionConfig),
+    /// Netflix's distributed counter: idempotent counter events rolled up
+    /// over immutable windows into checkpoints.
+    Rollup(rollup::RollupConfig),
+    /// Keep the records a jq condition holds for.
+    Filter(filter::FilterConfig),
+    /// Reshape each record with a jq expression.
+    Map(map::MapConfig),
+    /// Send records to named outputs by jq conditions.
+    Route(route::RouteConfig),
 }
 
 impl NodeKind {
     /// Every `type` name, for "did you mean" suggestions.
-    pub const TYPES: &'static [&'static str] = &["fold", "dedup", "ordered"];
+    pub const TYPES: &'static [&'static str] = &[
+        "fold",
+        "dedup",
+        "ordered",
+        "projection",
+        "rollup",
+        "filter",
+        "map",
+        "route",
+    ];
 
     pub fn type_name(&self) -> &'static str {
         match self {
             NodeKind::Fold(_) => "fold",
             NodeKind::Dedup(_) => "dedup",
             NodeKind::Ordered(_) => "ordered",
+            NodeKind::Projection(_) => "projection",
+            NodeKind::Rollup(_) => "rollup",
+            NodeKind::Filter(_) => "filter",
+            NodeKind::Map(_) => "map",
+            NodeKind::Route(_) => "route",
         }
     }
 
@@ -59,6 +90,11 @@ impl NodeKind {
             NodeKind::Fold(config) => config,
             NodeKind::Dedup(config) => config,
             NodeKind::Ordered(config) => config,
+            NodeKind::Projection(config) => config,
+            NodeKind::Rollup(config) => config,
+            NodeKind::Filter(config) => config,
+            NodeKind::Map(config) => config,
+            NodeKind::Route(config) => config,
         }
     }
 
@@ -76,6 +112,11 @@ impl NodeKind {
             "fold" => from_entries(body, path, skip).map(NodeKind::Fold),
             "dedup" => from_entries(body, path, skip).map(NodeKind::Dedup),
             "ordered" => from_entries(body, path, skip).map(NodeKind::Ordered),
+            "projection" => from_entries(body, path, skip).map(NodeKind::Projection),
+            "rollup" => from_entries(body, path, skip).map(NodeKind::Rollup),
+            "filter" => from_entries(body, path, skip).map(NodeKind::Filter),
+            "map" => from_entries(body, path, skip).map(NodeKind::Map),
+            "route" => from_entries(body, path, skip).map(NodeKind::Route),
             _ => return None,
         })
     }

@@ -1,0 +1,749 @@
+//! `projection`: rebuild an entity from its events, emit its read model.
+//!
+//! The content-feed article's CQRS read side: every change to a question
+//! is an event (`QuestionCreated`, `AnswerAdded`, `QuestionDeleted`, ...)
+//! with a unique id, the entity's id, a name and an order value. A
+//! `projection` node keeps each entity's events in order and folds them,
+//! one declared rule per event name, into the entity; after every applied
+//! event it emits the read model — the entity's fields, its id and
+//! `version`, the number of events applied — keyed by the entity id, for a
+//! compacted topic. So:
+//!
+//! - an event whose id the entity already applied is ignored (counted);
+//! - an event that arrives after a later one (a lower order value) is put
+//!   in its place and the entity is re-folded in order, so the read model
+//!   is the same whatever order the events arrived in: `QuestionDeleted`
+//!   arriving before `QuestionCreated` still ends `is_deleted: true`,
+//!   `version: 2`;
+//! - `version` only grows, by one per applied event, so a consumer can
+//!   write the read model only if newer (optimistic locking).
+//!
+//! Rules are jq expressions (see [`super::expr`]): `.` is the entity (`{}`
+//! before its first event or after it was deleted), `$event` is the
+//! event's value, `$key`
+//! the entity id and `$timestamp` the event's timestamp (`$headers` is `{}`:
+//! events are replayed from the node's log, which keeps values and
+//! timestamps). A rule yields the new entity, an object — set fields from
+//! the event (`.title = $event.title`), set constants
+//! (`.is_deleted = true`), increment (`.answers += 1`), unset
+//! (`del(.draft)`) — or `null` to delete the entity. A deleted entity is
+//! emitted as a tombstone (a null value, which removes the key from a
+//! compacted topic) with `tombstone: true`, otherwise as its id and
+//! version alone. A rule that fails, or yields something other than an
+//! object or null, sends the event to the dead-letter topic and changes
+//! nothing.
+//!
+//! Options:
+//!
+//! | option | meaning |
+//! |---|---|
+//! | `event_id` | JSON pointer to the event's unique id |
+//! | `event_name` | JSON pointer to the event's name (a string), which picks its rule |
+//! | `order_by` | JSON pointer to the event's order value (an integer or an RFC 3339 time); ties are broken by event id |
+//! | `rules.<name>` | jq expression: entity and `$event` to the new entity |
+//! | `on_unknown_event` | `drop` (default) or `dead_letter` an event whose name has no rule |
+//! | `snapshot_every` | keep the folded entity every N events, so a re-fold starts at the last snapshot before the late event |
+//! | `tombstone` | emit a deleted entity as a tombstone (default `false`) |
+//! | `key_field` | output field with the entity id (default: last segment of `key_by`, else `id`) |
+//! | `version_field` | output field with the version (default `version`) |
+//!
+//! The entity id is the record key (or `key_by`).
+//!
+//! ```yaml
+//! project_question:
+//!   type: projection
+//!   input: dedup_events
+//!   key_by: /question_id
+//!   event_id: /event_id
+//!   event_name: /type
+//!   order_by: /sequence
+//!   rules:
+//!     QuestionCreated: '. + {title: $event.title, is_deleted: (.is_deleted // false)}'
+//!     AnswerAdded: '.answers += 1'
+//!     QuestionDeleted: '.is_deleted = true'
+//!   snapshot_every: 50
+//! ```
+//!
+//! emits, for `QuestionDeleted` then `QuestionCreated` of `q1`:
+//!
+//! ```json
+//! {"is_deleted": true, "question_id": "q1", "version": 1}
+//! {"title": "Why?", "is_deleted": true, "question_id": "q1", "version": 2}
+//! ```
+//!
+//! State, per entity: `<node>-entities` (the folded entity, its version and
+//! the position of its newest event), `<node>-events` (the event log in
+//! order), `<node>-ids` (applied event ids) and, with `snapshot_every`,
+//! `<node>-snapshots`. The event log is the source of truth and is kept for
+//! the entity's lifetime. Counters: `streamfold_projection_duplicate_events_total`,
+//! `streamfold_projection_refolds_total`,
+//! `streamfold_projection_unknown_events_total`.
+
+use std::num::NonZeroU64;
+use std::ops::Bound;
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::common::{
+    OnReject, entity_prefix, id_bytes, legal_name, ordered_i64, read_order, required,
+};
+use super::expr::{Bindings, Expression, Program, check, compile_for_build};
+use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use crate::formats::json::type_name;
+use crate::record::{Record, Timestamp, key_text};
+use crate::state::{JsonState, StateError, StateSet, StoreHandle, prefix_end};
+use crate::telemetry::NodeCounter;
+use crate::topology::types::JsonPointer;
+
+/// Options of a `projection` node.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct ProjectionConfig {
+    /// JSON pointer to the event's unique id; an event whose id the entity
+    /// already applied is ignored.
+    pub event_id: JsonPointer,
+    /// JSON pointer to the event's name (a string), which selects its rule.
+    pub event_name: JsonPointer,
+    /// JSON pointer to the event's order value: an integer or an RFC 3339
+    /// time. Events are applied in this order, ties broken by event id.
+    pub order_by: JsonPointer,
+    /// One rule per event name: a jq expression from the entity (`.`, `{}`
+    /// before the first event) and the event (`$event`) to the new entity
+    /// (an object), or `null` to delete it.
+    pub rules: IndexMap<String, Expression>,
+    /// What happens to an event whose name has no rule: `drop` (default,
+    /// counted) or `dead_letter`.
+    #[serde(default)]
+    pub on_unknown_event: OnReject,
+    /// Keep a snapshot of the entity every this many events, so a re-fold
+    /// after a late event starts from the last snapshot before it.
+    #[serde(default)]
+    pub snapshot_every: Option<NonZeroU64>,
+    /// Emit a deleted entity as a tombstone (a record with a null value,
+    /// which removes the key from a compacted topic) instead of its id and
+    /// version alone.
+    #[serde(default)]
+    pub tombstone: bool,
+    /// Output field carrying the entity id. Defaults to the last segment of
+    /// `key_by`, else `id`.
+    #[serde(default)]
+    pub key_field: Option<String>,
+    /// Output field carrying the version, the number of events applied.
+    #[serde(default = "default_version_field")]
+    pub version_field: String,
+}
+
+fn default_version_field() -> String {
+    "version".into()
+}
+
+impl ProjectionConfig {
+    fn key_field(&self, node: &NodeInfo<'_>) -> String {
+        self.key_field
+            .clone()
+            .or_else(|| node.key_by.and_then(|p| p.last_token()).map(str::to_string))
+            .unwrap_or_else(|| "id".to_string())
+    }
+}
+
+impl OperatorSpec for ProjectionConfig {
+    fn stores(&self) -> &'static [&'static str] {
+        if self.snapshot_every.is_some() {
+            &["entities", "events", "ids", "snapshots"]
+        } else {
+            &["entities", "events", "ids"]
+        }
+    }
+
+    fn validate(&self, node: &NodeInfo<'_>, issues: &mut Vec<Issue>) {
+        for (option, pointer) in [
+            ("event_id", &self.event_id),
+            ("event_name", &self.event_name),
+            ("order_by", &self.order_by),
+        ] {
+            if pointer.last_token().is_none() {
+                issues.push(Issue::new(
+                    &[option],
+                    "must point to a field of the event, such as `/event_id`",
+                ));
+            }
+        }
+        if self.rules.is_empty() {
+            issues.push(Issue::new(
+                &["rules"],
+                "a projection needs at least one rule: `rules: {EventName: expression}`",
+            ));
+        }
+        for (name, rule) in &self.rules {
+            if let Some(error) = check(rule, &["$event"]) {
+                issues.push(Issue::new(&["rules", name.as_str()], error.to_string()));
+            }
+        }
+        let key_field = self.key_field(node);
+        for (option, field) in [
+            ("key_field", &key_field),
+            ("version_field", &self.version_field),
+        ] {
+            if !legal_name(field) {
+                issues.push(Issue::new(
+                    &[option],
+                    format!("`{field}` is not a field name: use letters, digits, `_` and `-`"),
+                ));
+            }
+        }
+        if key_field == self.version_field {
+            issues.push(Issue::new(
+                &["version_field"],
+                format!("`{key_field}` already carries the entity id; choose another name"),
+            ));
+        }
+    }
+
+    fn build(
+        &self,
+        node: &NodeInfo<'_>,
+        state: &mut StateSet,
+    ) -> Result<Box<dyn Operator>, StateError> {
+        let mut rules = IndexMap::with_capacity(self.rules.len());
+        for (name, rule) in &self.rules {
+            rules.insert(
+                name.clone(),
+                compile_for_build(rule, &["$event"], &format!("rules.{name}"))?,
+            );
+        }
+        Ok(Box::new(Projection {
+            entities: state.declare(&node.store_name("entities"))?,
+            events: state.declare(&node.store_name("events"))?,
+            ids: state.declare(&node.store_name("ids"))?,
+            snapshots: match self.snapshot_every {
+                Some(_) => Some(state.declare(&node.store_name("snapshots"))?),
+                None => None,
+            },
+            event_id: self.event_id.clone(),
+            event_name: self.event_name.clone(),
+            order_by: self.order_by.clone(),
+            rules,
+            on_unknown: self.on_unknown_event,
+            snapshot_every: self.snapshot_every.map(NonZeroU64::get),
+            tombstone: self.tombstone,
+            key_field: self.key_field(node),
+            version_field: self.version_field.clone(),
+        }))
+    }
+}
+
+/// Where an event sits in its entity's history: events are applied in
+/// this order.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Position {
+    pub order: i64,
+    pub id: String,
+}
+
+impl Position {
+    /// The store key of the event at this position: entity, order, id.
+    fn key(&self, prefix: &[u8]) -> Vec<u8> {
+        let mut key = Vec::with_capacity(prefix.len() + 8 + self.id.len());
+        key.extend_from_slice(prefix);
+        key.extend_from_slice(&ordered_i64(self.order));
+        key.extend_from_slice(self.id.as_bytes());
+        key
+    }
+}
+
+/// One entity as folded so far.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entity {
+    /// The folded entity: an object, or null when deleted.
+    pub entity: Value,
+    /// Events applied.
+    pub version: u64,
+    /// Position of the newest event applied.
+    pub last: Position,
+}
+
+impl JsonState for Entity {}
+
+/// An event in an entity's log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoggedEvent {
+    pub name: String,
+    pub timestamp: Timestamp,
+    pub event: Value,
+}
+
+impl JsonState for LoggedEvent {}
+
+/// Marks an applied event id (its order value, for inspection).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Applied {
+    pub order: i64,
+}
+
+impl JsonState for Applied {}
+
+/// The entity after the events up to a position.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub entity: Value,
+    pub version: u64,
+}
+
+impl JsonState for Snapshot {}
+
+struct Projection {
+    entities: StoreHandle<Entity>,
+    events: StoreHandle<LoggedEvent>,
+    ids: StoreHandle<Applied>,
+    snapshots: Option<StoreHandle<Snapshot>>,
+    event_id: JsonPointer,
+    event_name: JsonPointer,
+    order_by: JsonPointer,
+    rules: IndexMap<String, Program>,
+    on_unknown: OnReject,
+    snapshot_every: Option<u64>,
+    tombstone: bool,
+    key_field: String,
+    version_field: String,
+}
+
+impl Projection {
+    /// Applies the rule of `event` to `entity`.
+    fn apply(
+        &self,
+        rule: &Program,
+        key: &[u8],
+        entity: &Value,
+        event: &LoggedEvent,
+    ) -> Result<Value, String> {
+        let bindings = Bindings {
+            key: Some(key),
+            timestamp: event.timestamp,
+            headers: &[],
+        };
+        // A rule sees `{}` for an entity that does not exist (yet), so
+        // `.title = $event.title` creates it.
+        let empty = Value::Object(serde_json::Map::new());
+        let input = if entity.is_null() { &empty } else { entity };
+        let next = rule
+            .one(input, &bindings, &[&event.event])
+            .map_err(|e| format!("rule `{}` failed: {e}", event.name))?;
+        match next {
+            Value::Object(_) | Value::Null => Ok(next),
+            other => Err(format!(
+                "rule `{}` must produce the entity (an object) or null, produced {}",
+                event.name,
+                type_name(&other)
+            )),
+        }
+    }
+
+    fn read_model(&self, key: &[u8], entity: &Value, version: u64) -> Value {
+        match entity {
+            Value::Object(fields) => {
+                let mut out = fields.clone();
+                out.insert(self.key_field.clone(), Value::String(key_text(key)));
+                out.insert(self.version_field.clone(), Value::from(version));
+                Value::Object(out)
+            }
+            _ if self.tombstone => Value::Null,
+            _ => {
+                let mut out = serde_json::Map::new();
+                out.insert(self.key_field.clone(), Value::String(key_text(key)));
+                out.insert(self.version_field.clone(), Value::from(version));
+                Value::Object(out)
+            }
+        }
+    }
+
+    fn snapshot_due(&self, version: u64) -> bool {
+        self.snapshot_every.is_some_and(|n| version.is_multiple_of(n))
+    }
+
+    /// Re-folds the entity with `event` inserted at `position`, before its
+    /// newest event. Returns the new entity and version, and the snapshots
+    /// to replace those after the base the re-fold started from.
+    fn refold(
+        &self,
+        key: &[u8],
+        prefix: &[u8],
+        position: &Position,
+        event: &LoggedEvent,
+        ctx: &mut Context<'_>,
+    ) -> Result<Refold, OpError> {
+        let event_key = position.key(prefix);
+        // Start from the last snapshot before the late event, if any.
+        let mut base: Option<(Vec<u8>, Snapshot)> = None;
+        if let Some(snapshots) = self.snapshots {
+            let before = ctx.store(snapshots).range(
+                Bound::Included(prefix),
+                Bound::Excluded(&event_key),
+                usize::MAX,
+            )?;
+            base = before.into_iter().last().map(|(k, s)| (k.into_vec(), s));
+        }
+        let end = prefix_end(prefix);
+        let upper = match &end {
+            Some(end) => Bound::Excluded(end.as_slice()),
+            None => Bound::Unbounded,
+        };
+        let lower = match &base {
+            Some((k, _)) => Bound::Excluded(k.as_slice()),
+            None => Bound::Included(prefix),
+        };
+        let logged = ctx.store(self.events).range(lower, upper, usize::MAX)?;
+        // Snapshots after the base all follow the late event (the base is
+        // the last one before it): they lack it, so they are replaced.
+        let stale_snapshots = match self.snapshots {
+            Some(snapshots) => ctx
+                .store(snapshots)
+                .range(lower, upper, usize::MAX)?
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect(),
+            None => Vec::new(),
+        };
+        let (mut entity, mut version) = base
+            .map(|(_, s)| (s.entity, s.version))
+            .unwrap_or((Value::Null, 0));
+        let mut snapshots = Vec::new();
+        let mut pending = Some((event_key, event));
+        let mut replay = Vec::with_capacity(logged.len() + 1);
+        for (k, logged_event) in &logged {
+            if let Some((late_key, late)) =
+                pending.take_if(|(late_key, _)| late_key.as_slice() < k.as_ref())
+            {
+                replay.push((late_key, late.clone()));
+            }
+            replay.push((k.to_vec(), logged_event.clone()));
+        }
+        if let Some((late_key, late)) = pending {
+            replay.push((late_key, late.clone()));
+        }
+        for (k, logged_event) in &replay {
+            // Events whose rule was removed from the topology are skipped.
+            let Some(rule) = self.rules.get(&logged_event.name) else {
+                continue;
+            };
+            entity = self.apply(rule, key, &entity, logged_event).map_err(|e| {
+                OpError::Record(format!("re-folding after this late event failed: {e}"))
+            })?;
+            version += 1;
+            if self.snapshot_due(version) {
+                snapshots.push((
+                    k.clone(),
+                    Snapshot {
+                        entity: entity.clone(),
+                        version,
+                    },
+                ));
+            }
+        }
+        Ok(Refold {
+            entity,
+            version,
+            stale_snapshots,
+            snapshots,
+        })
+    }
+}
+
+struct Refold {
+    entity: Value,
+    version: u64,
+    stale_snapshots: Vec<Box<[u8]>>,
+    snapshots: Vec<(Vec<u8>, Snapshot)>,
+}
+
+impl Operator for Projection {
+    fn process(&mut self, record: Record, ctx: &mut Context<'_>) -> Result<(), OpError> {
+        let Some(key) = record.key.clone() else {
+            return Err(OpError::Record(
+                "event has no entity id (give records a key or set `key_by`)".into(),
+            ));
+        };
+        let id = required(&self.event_id, &record.value, "event id").map_err(OpError::Record)?;
+        let id = String::from_utf8_lossy(&id_bytes(id)).into_owned();
+        let name = match required(&self.event_name, &record.value, "event name") {
+            Ok(Value::String(name)) => name.clone(),
+            Ok(other) => {
+                return Err(OpError::Record(format!(
+                    "event name {} must be a string, found {}",
+                    self.event_name,
+                    type_name(other)
+                )));
+            }
+            Err(e) => return Err(OpError::Record(e)),
+        };
+        let order = read_order(&self.order_by, &record.value).map_err(OpError::Record)?;
+        let prefix = entity_prefix(&key);
+        let mut id_key = prefix.clone();
+        id_key.extend_from_slice(id.as_bytes());
+        if ctx.store(self.ids).get(&id_key)?.is_some() {
+            ctx.count(NodeCounter::ProjectionDuplicates, 1);
+            ctx.count(NodeCounter::Dropped, 1);
+            return Ok(());
+        }
+        let Some(rule) = self.rules.get(&name) else {
+            ctx.count(NodeCounter::ProjectionUnknown, 1);
+            return match self.on_unknown {
+                OnReject::Drop => {
+                    ctx.count(NodeCounter::Dropped, 1);
+                    Ok(())
+                }
+                OnReject::DeadLetter => Err(OpError::Record(format!(
+                    "no rule for event `{name}` (rules: {})",
+                    self.rules
+                        .keys()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
+            };
+        };
+        let position = Position { order, id };
+        let event = LoggedEvent {
+            name,
+            timestamp: record.timestamp,
+            event: record.value,
+        };
+        let current = ctx.store(self.entities).get(&key)?.cloned();
+        let next = match current {
+            Some(current) if position < current.last => {
+                ctx.count(NodeCounter::ProjectionRefolds, 1);
+                let refold = self.refold(&key, &prefix, &position, &event, ctx)?;
+                if let Some(snapshots) = self.snapshots {
+                    let mut store = ctx.store(snapshots);
+                    for stale in &refold.stale_snapshots {
+                        store.delete(stale);
+                    }
+                    for (k, snapshot) in refold.snapshots {
+                        store.put(&k, snapshot);
+                    }
+                }
+                Entity {
+                    entity: refold.entity,
+                    version: refold.version,
+                    last: current.last,
+                }
+            }
+            current => {
+                let (entity, version) = current.map_or((Value::Null, 0), |c| (c.entity, c.version));
+                let entity = self
+                    .apply(rule, &key, &entity, &event)
+                    .map_err(OpError::Record)?;
+                let version = version + 1;
+                if let (Some(snapshots), true) = (self.snapshots, self.snapshot_due(version)) {
+                    ctx.store(snapshots).put(
+                        &position.key(&prefix),
+                        Snapshot {
+                            entity: entity.clone(),
+                            version,
+                        },
+                    );
+                }
+                Entity {
+                    entity,
+                    version,
+                    last: position.clone(),
+                }
+            }
+        };
+        ctx.store(self.ids).put(
+            &id_key,
+            Applied {
+                order: position.order,
+            },
+        );
+        ctx.store(self.events).put(&position.key(&prefix), event);
+        let value = self.read_model(&key, &next.entity, next.version);
+        ctx.store(self.entities).put(&key, next);
+        ctx.emit(Record::new(Some(key), value, record.timestamp));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::testing::{Harness, record, values};
+    use super::*;
+
+    fn question_feed(extra: Value) -> Harness {
+        let mut options = json!({
+            "type": "projection",
+            "event_id": "/event_id",
+            "event_name": "/type",
+            "order_by": "/sequence",
+            "rules": {
+                "QuestionCreated": ". + {title: $event.title, is_deleted: (.is_deleted // false)}",
+                "AnswerAdded": ".answers += 1",
+                "QuestionDeleted": ".is_deleted = true",
+                "QuestionPurged": "null",
+            },
+        });
+        if let (Value::Object(options), Value::Object(extra)) = (&mut options, extra) {
+            options.extend(extra);
+        }
+        Harness::new(options, Some("/question_id"))
+    }
+
+    fn event(id: &str, name: &str, sequence: i64) -> Record {
+        record(
+            "q1",
+            json!({"event_id": id, "type": name, "question_id": "q1", "sequence": sequence, "title": "Why?"}),
+            sequence,
+        )
+    }
+
+    #[test]
+    fn a_delete_before_its_create_still_ends_deleted_at_version_2() {
+        let mut h = question_feed(json!({}));
+        let first = h.process(event("e2", "QuestionDeleted", 2)).unwrap();
+        assert_eq!(
+            values(&first),
+            vec![json!({"is_deleted": true, "question_id": "q1", "version": 1})]
+        );
+        let second = h.process(event("e1", "QuestionCreated", 1)).unwrap();
+        assert_eq!(
+            values(&second),
+            vec![json!({"title": "Why?", "is_deleted": true, "question_id": "q1", "version": 2})]
+        );
+        assert_eq!(h.count(NodeCounter::ProjectionRefolds), 1);
+    }
+
+    #[test]
+    fn a_duplicate_event_changes_nothing() {
+        let mut h = question_feed(json!({}));
+        h.process(event("e1", "QuestionCreated", 1)).unwrap();
+        h.process(event("e2", "AnswerAdded", 2)).unwrap();
+        assert!(
+            h.process(event("e1", "QuestionCreated", 1))
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(h.count(NodeCounter::ProjectionDuplicates), 1);
+        let entity = h
+            .store::<Entity>("entities")
+            .get(b"q1")
+            .unwrap()
+            .cloned()
+            .unwrap();
+        assert_eq!(entity.version, 2);
+        assert_eq!(entity.entity["answers"], json!(1));
+    }
+
+    #[test]
+    fn re_folds_start_from_the_last_snapshot_before_the_late_event() {
+        let mut h = question_feed(json!({"snapshot_every": 2}));
+        h.process(event("e1", "QuestionCreated", 1)).unwrap();
+        for (i, seq) in [(2, 3), (3, 5), (4, 7), (5, 9)] {
+            h.process(event(&format!("e{i}"), "AnswerAdded", seq))
+                .unwrap();
+        }
+        // Snapshots at versions 2 (seq 3) and 4 (seq 7).
+        assert_eq!(h.store::<Snapshot>("snapshots").count().unwrap(), 2);
+        let out = h.process(event("e6", "QuestionDeleted", 6)).unwrap();
+        assert_eq!(
+            values(&out),
+            vec![
+                json!({"title": "Why?", "is_deleted": true, "answers": 4, "question_id": "q1", "version": 6})
+            ]
+        );
+        let snapshots = h
+            .store::<Snapshot>("snapshots")
+            .range(Bound::Unbounded, Bound::Unbounded, 10)
+            .unwrap();
+        let versions: Vec<u64> = snapshots.iter().map(|(_, s)| s.version).collect();
+        assert_eq!(
+            versions,
+            vec![2, 4, 6],
+            "the version-4 snapshot moved to seq 6"
+        );
+        assert_eq!(snapshots[1].1.entity["is_deleted"], json!(true));
+    }
+
+    #[test]
+    fn a_rule_yielding_null_deletes_the_entity_and_may_emit_a_tombstone() {
+        let mut h = question_feed(json!({"tombstone": true}));
+        h.process(event("e1", "QuestionCreated", 1)).unwrap();
+        let out = h.process(event("e2", "QuestionPurged", 2)).unwrap();
+        assert_eq!(values(&out), vec![Value::Null]);
+        let mut h = question_feed(json!({}));
+        h.process(event("e1", "QuestionCreated", 1)).unwrap();
+        let out = h.process(event("e2", "QuestionPurged", 2)).unwrap();
+        assert_eq!(
+            values(&out),
+            vec![json!({"question_id": "q1", "version": 2})]
+        );
+    }
+
+    #[test]
+    fn bad_events_are_the_record_s_fault_and_change_nothing() {
+        let mut h = Harness::new(
+            json!({
+                "type": "projection", "event_id": "/id", "event_name": "/type", "order_by": "/seq",
+                "rules": {"Set": ".n = $event.n", "Add": ".n += $event.n"},
+                "on_unknown_event": "dead_letter",
+            }),
+            None,
+        );
+        let err = h
+            .process(record("k", json!({"id": 1, "type": "Other", "seq": 1}), 0))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no rule for event `Other` (rules: Set, Add)"
+        );
+        h.process(record(
+            "k",
+            json!({"id": 2, "type": "Set", "seq": 2, "n": 1}),
+            0,
+        ))
+        .unwrap();
+        h.process(record(
+            "k",
+            json!({"id": 3, "type": "Add", "seq": 4, "n": 1}),
+            0,
+        ))
+        .unwrap();
+        // Late, and it breaks the re-fold of the event after it.
+        let err = h
+            .process(record(
+                "k",
+                json!({"id": 4, "type": "Set", "seq": 3, "n": "x"}),
+                0,
+            ))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("re-folding after this late event failed: rule `Add` failed: "),
+            "{err}"
+        );
+        let entity = h
+            .store::<Entity>("entities")
+            .get(b"k")
+            .unwrap()
+            .cloned()
+            .unwrap();
+        assert_eq!((entity.version, entity.entity), (2, json!({"n": 2})));
+        let out = h
+            .process(record("k", json!({"id": 5, "type": "Set", "seq": 5}), 0))
+            .unwrap();
+        assert_eq!(
+            values(&out),
+            vec![json!({"n": null, "id": "k", "version": 3})]
+        );
+        let err = h
+            .process(record("k", json!({"id": 6, "type": 7, "seq": 6}), 0))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "event name /type must be a string, found a number"
+        );
+    }
+}
