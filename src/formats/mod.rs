@@ -6,13 +6,29 @@
 //! that cannot be decoded, or that does not fit a sink's encoding, is the
 //! record's fault: the caller sends it to the dead-letter topic with the
 //! returned reason.
+//!
+//! Formats: `json` ([`json`]) and `avro` in the Confluent wire format
+//! ([`avro`]) through a schema registry ([`registry`]). For Avro, building
+//! the codecs connects to the registry: each Avro sink's schema is
+//! registered under `<topic>-value` (or the subject's latest version is
+//! looked up with `register: false`), so a registry problem stops startup
+//! rather than the first record. Avro sources decode by the schema id each
+//! record carries; schemas are fetched once and cached.
 
+pub mod avro;
 pub mod json;
+pub mod registry;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
+use self::avro::AvroSchema;
+use self::registry::{RECORD_RETRY, RegistryClient, SETUP_RETRY, subject};
 use crate::topology::Topology;
-use crate::topology::model::Format;
+use crate::topology::model::{Format, KeyFormat};
 
 /// Why codecs could not be prepared (at startup, before any record).
 #[derive(Debug, thiserror::Error)]
@@ -22,53 +38,333 @@ pub enum FormatError {
     Setup { what: String, message: String },
 }
 
-enum Codec {
+/// How a source's values (or keys) are read.
+enum Decoder {
     Json,
+    /// By the schema id each record carries, then resolved to the reader
+    /// schema when the source names one.
+    Avro {
+        reader: Option<Box<AvroSchema>>,
+    },
 }
 
-impl Codec {
-    fn for_format(format: Format) -> Codec {
-        match format {
-            Format::Json => Codec::Json,
-        }
-    }
+/// How a sink's values (or keys) are written.
+enum Encoder {
+    Json,
+    /// With `schema`, registered as `id`.
+    Avro {
+        id: u32,
+        schema: Box<AvroSchema>,
+    },
 }
 
-/// Value codecs of every source and sink of a topology.
+struct SourceCodec {
+    topic: String,
+    value: Decoder,
+    /// Keys are Confluent Avro (otherwise they pass through as bytes).
+    avro_key: bool,
+}
+
+struct SinkCodec {
+    value: Encoder,
+    /// `Some` when keys are Confluent Avro.
+    key: Option<Encoder>,
+}
+
+/// Value (and Avro key) codecs of every source and sink of a topology.
 pub struct Codecs {
-    sources: Vec<Codec>,
-    sinks: Vec<Codec>,
+    sources: Vec<SourceCodec>,
+    sinks: Vec<SinkCodec>,
+    registry: Option<RegistryClient>,
+    /// Ids of source reader schemas registered by [`Codecs::encode_as_producer`].
+    producer_ids: Mutex<HashMap<usize, u32>>,
+}
+
+/// Whether any source or sink of `topology` reads or writes Avro.
+pub fn uses_avro(topology: &Topology) -> bool {
+    let sources = topology
+        .sources
+        .iter()
+        .map(|s| (s.config.format, s.config.key_format));
+    let sinks = topology
+        .sinks
+        .iter()
+        .map(|s| (s.config.format, s.config.key_format));
+    sources
+        .chain(sinks)
+        .any(|(value, key)| value == Format::Avro || key == KeyFormat::Avro)
 }
 
 impl Codecs {
+    /// Prepares every codec; for Avro, connects to the schema registry and
+    /// registers (or looks up) the sinks' schemas, retrying an unreachable
+    /// registry with backoff.
     pub fn new(topology: &Topology) -> Result<Codecs, FormatError> {
+        let registry = if uses_avro(topology) {
+            let config = topology
+                .schema_registry
+                .as_ref()
+                .ok_or_else(|| FormatError::Setup {
+                    what: "schema_registry".into(),
+                    message: "Avro sources and sinks need a schema registry".into(),
+                })?;
+            let client = RegistryClient::connect(config).map_err(|e| FormatError::Setup {
+                what: "schema_registry".into(),
+                message: e.to_string(),
+            })?;
+            Some(client)
+        } else {
+            None
+        };
+        let mut sources = Vec::with_capacity(topology.sources.len());
+        for source in &topology.sources {
+            let config = &source.config;
+            let setup = |message: String| FormatError::Setup {
+                what: format!("source `{}`", source.name),
+                message,
+            };
+            let value = match config.format {
+                Format::Json => Decoder::Json,
+                Format::Avro => Decoder::Avro {
+                    reader: config
+                        .schema
+                        .as_deref()
+                        .map(|file| avro::read_schema_file(file).map(Box::new))
+                        .transpose()
+                        .map_err(setup)?,
+                },
+            };
+            sources.push(SourceCodec {
+                topic: config.topic.clone(),
+                value,
+                avro_key: config.key_format == KeyFormat::Avro,
+            });
+        }
+        let mut sinks = Vec::with_capacity(topology.sinks.len());
+        for sink in &topology.sinks {
+            let config = &sink.config;
+            let setup = |message: String| FormatError::Setup {
+                what: format!("sink `{}`", sink.name),
+                message,
+            };
+            let register = config.register.unwrap_or(true);
+            let encoder = |avro: bool, file: Option<&Path>, key: bool| match (avro, file) {
+                (false, _) => Ok(Encoder::Json),
+                (true, Some(file)) => match &registry {
+                    Some(registry) => sink_encoder(registry, &config.topic, key, file, register),
+                    None => Err("Avro needs a schema registry".to_string()),
+                },
+                (true, None) => Err(format!(
+                    "Avro {} need a schema file",
+                    if key { "keys" } else { "values" }
+                )),
+            };
+            let value = encoder(
+                config.format == Format::Avro,
+                config.schema.as_deref(),
+                false,
+            )
+            .map_err(setup)?;
+            let key = match config.key_format {
+                KeyFormat::Avro => {
+                    Some(encoder(true, config.key_schema.as_deref(), true).map_err(setup)?)
+                }
+                _ => None,
+            };
+            sinks.push(SinkCodec { value, key });
+        }
         Ok(Codecs {
-            sources: topology
-                .sources
-                .iter()
-                .map(|s| Codec::for_format(s.config.format))
-                .collect(),
-            sinks: topology
-                .sinks
-                .iter()
-                .map(|s| Codec::for_format(s.config.format))
-                .collect(),
+            sources,
+            sinks,
+            registry,
+            producer_ids: Mutex::new(HashMap::new()),
         })
     }
 
     /// Decodes a value read by source `source`.
     pub fn decode(&self, source: usize, payload: &[u8]) -> Result<Value, String> {
-        match self.sources.get(source) {
-            Some(Codec::Json) => json::decode(payload),
+        match self.sources.get(source).map(|s| &s.value) {
+            Some(Decoder::Json) => json::decode(payload),
+            Some(Decoder::Avro { reader }) => self.decode_avro(payload, reader.as_deref()),
             None => Err(format!("no source #{source}")),
         }
     }
 
     /// Encodes a value for sink `sink`.
     pub fn encode(&self, sink: usize, value: &Value) -> Result<Vec<u8>, String> {
-        match self.sinks.get(sink) {
-            Some(Codec::Json) => Ok(json::encode(value)),
+        match self.sinks.get(sink).map(|s| &s.value) {
+            Some(encoder) => encoder.encode(value),
             None => Err(format!("no sink #{sink}")),
         }
     }
+
+    /// The grouping key of a record read by source `source`: Avro keys are
+    /// decoded to text when they are strings and to compact JSON otherwise
+    /// (as keys taken from a field with `key_by` are); other key formats
+    /// pass through.
+    pub fn decode_key(&self, source: usize, key: &[u8]) -> Result<Box<[u8]>, String> {
+        match self.sources.get(source) {
+            Some(s) if s.avro_key => {
+                let value = self
+                    .decode_avro(key, None)
+                    .map_err(|e| format!("key: {e}"))?;
+                Ok(match value {
+                    Value::String(text) => text.into_bytes().into_boxed_slice(),
+                    other => json::encode(&other).into_boxed_slice(),
+                })
+            }
+            Some(_) => Ok(key.into()),
+            None => Err(format!("no source #{source}")),
+        }
+    }
+
+    /// The key bytes to write to sink `sink`: with `key_format: avro` the
+    /// key (text, or JSON for keys that are not strings) is written with the
+    /// sink's key schema; other key formats pass through.
+    pub fn encode_key(&self, sink: usize, key: &[u8]) -> Result<Vec<u8>, String> {
+        match self.sinks.get(sink) {
+            Some(SinkCodec {
+                key: Some(encoder), ..
+            }) => {
+                let text = std::str::from_utf8(key)
+                    .map_err(|_| "key: not UTF-8 text, so not an Avro key".to_string())?;
+                encoder
+                    .encode(&Value::String(text.to_string()))
+                    .or_else(|as_text| match serde_json::from_str::<Value>(text) {
+                        Ok(parsed) if !parsed.is_string() => encoder.encode(&parsed),
+                        _ => Err(as_text),
+                    })
+                    .map_err(|e| format!("key: {e}"))
+            }
+            Some(_) => Ok(key.to_vec()),
+            None => Err(format!("no sink #{sink}")),
+        }
+    }
+
+    /// Encodes `value` as a producer writing to source `source` would: JSON
+    /// text, or Avro with the source's `schema` (registered under
+    /// `<topic>-value` on first use) in the Confluent wire format. For the
+    /// offline driver and tests.
+    pub fn encode_as_producer(&self, source: usize, value: &Value) -> Result<Vec<u8>, String> {
+        let codec = self
+            .sources
+            .get(source)
+            .ok_or_else(|| format!("no source #{source}"))?;
+        let reader = match &codec.value {
+            Decoder::Json => return Ok(json::encode(value)),
+            Decoder::Avro {
+                reader: Some(reader),
+            } => reader,
+            Decoder::Avro { reader: None } => {
+                return Err(format!(
+                    "the Avro source reading `{}` names no `schema` to write records with",
+                    codec.topic
+                ));
+            }
+        };
+        let known = self
+            .producer_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&source)
+            .copied();
+        let id = match known {
+            Some(id) => id,
+            None => {
+                let registry = self.registry()?;
+                let id = registry
+                    .register(&subject(&codec.topic, false), reader, RECORD_RETRY)
+                    .map_err(|e| e.to_string())?;
+                self.producer_ids
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(source, id);
+                id
+            }
+        };
+        Ok(avro::frame(id, &reader.encode(value)?))
+    }
+
+    /// Decodes bytes `encode(sink, ..)` wrote, as a consumer of the sink's
+    /// topic would: JSON, or Avro by the schema id they carry. For the
+    /// offline driver and tests.
+    pub fn decode_as_consumer(&self, sink: usize, bytes: &[u8]) -> Result<Value, String> {
+        match self.sinks.get(sink).map(|s| &s.value) {
+            Some(Encoder::Json) => json::decode(bytes),
+            Some(Encoder::Avro { .. }) => self.decode_avro(bytes, None),
+            None => Err(format!("no sink #{sink}")),
+        }
+    }
+
+    fn registry(&self) -> Result<&RegistryClient, String> {
+        self.registry
+            .as_ref()
+            .ok_or_else(|| "Avro needs a schema registry".to_string())
+    }
+
+    fn decode_avro(&self, bytes: &[u8], reader: Option<&AvroSchema>) -> Result<Value, String> {
+        let (id, body) = avro::unframe(bytes)?;
+        let writer = self.registry()?.schema_by_id(id, RECORD_RETRY)?;
+        match reader {
+            Some(reader) => writer.decode_as(body, reader),
+            None => writer.decode(body),
+        }
+        .map_err(|e| format!("schema id {id}: {e}"))
+    }
+}
+
+impl Encoder {
+    fn encode(&self, value: &Value) -> Result<Vec<u8>, String> {
+        match self {
+            Encoder::Json => Ok(json::encode(value)),
+            Encoder::Avro { id, schema } => Ok(avro::frame(*id, &schema.encode(value)?)),
+        }
+    }
+}
+
+/// The writer for a sink's values (or keys): the schema file registered
+/// under the topic's subject, or the subject's latest version.
+fn sink_encoder(
+    registry: &RegistryClient,
+    topic: &str,
+    key: bool,
+    file: &Path,
+    register: bool,
+) -> Result<Encoder, String> {
+    let local = avro::read_schema_file(file)?;
+    let subject = subject(topic, key);
+    if register {
+        let id = registry
+            .register(&subject, &local, SETUP_RETRY)
+            .map_err(|e| format!("cannot register `{}` as `{subject}`: {e}", file.display()))?;
+        tracing::info!(subject, id, schema = %file.display(), "Avro schema registered.");
+        return Ok(Encoder::Avro {
+            id,
+            schema: Box::new(local),
+        });
+    }
+    let (id, latest) = registry.latest(&subject, SETUP_RETRY).map_err(|e| {
+        if e.is_not_found() {
+            format!(
+                "subject `{subject}` has no registered version to write with (`register: false`): register `{}` first, or set `register: true`",
+                file.display()
+            )
+        } else {
+            e.to_string()
+        }
+    })?;
+    if latest.canonical_form() == local.canonical_form() {
+        tracing::info!(subject, id, "Avro schema found registered.");
+    } else {
+        tracing::warn!(
+            subject,
+            id,
+            schema = %file.display(),
+            "The latest registered schema differs from the schema file; writing with the registered one."
+        );
+    }
+    Ok(Encoder::Avro {
+        id,
+        schema: Box::new(latest),
+    })
 }

@@ -26,8 +26,8 @@ use std::path::Path as FsPath;
 
 use de::{DeError, Path, from_node, unknown_name};
 use model::{
-    DeadLetterConfig, KafkaConfig, KeyFormat, NODE_COMMON_FIELDS, NodeCommon, ProcessingConfig,
-    SinkConfig, SourceConfig,
+    DeadLetterConfig, Format, KafkaConfig, KeyFormat, NODE_COMMON_FIELDS, NodeCommon,
+    ProcessingConfig, SchemaRegistryConfig, SinkConfig, SourceConfig,
 };
 use types::InputRef;
 use yaml::{Kind, Node as YamlNode, Pos};
@@ -67,6 +67,8 @@ pub struct Topology {
     pub nodes: Vec<Node>,
     pub sinks: Vec<Sink>,
     pub dead_letter_topic: String,
+    /// The schema registry of `avro` sources and sinks.
+    pub schema_registry: Option<SchemaRegistryConfig>,
     /// Node indexes, each after every node that feeds it.
     pub order: Vec<usize>,
 }
@@ -327,6 +329,7 @@ struct Parsed {
     nodes: Vec<(String, Option<NodeCommon>, Option<NodeKind>)>,
     sinks: Vec<(String, Option<SinkConfig>)>,
     dead_letter: Option<Option<DeadLetterConfig>>,
+    schema_registry: Option<Option<SchemaRegistryConfig>>,
     /// Whether everything parsed.
     complete: bool,
 }
@@ -340,6 +343,7 @@ const TOP_LEVEL: &[&str] = &[
     "nodes",
     "sinks",
     "dead_letter",
+    "schema_registry",
 ];
 
 struct Loader {
@@ -446,6 +450,12 @@ impl Loader {
                 .map(Some),
             None => Some(None),
         };
+        let schema_registry = match root.get("schema_registry") {
+            Some(n) => self
+                .read::<SchemaRegistryConfig>(n, &top.key("schema_registry"))
+                .map(Some),
+            None => Some(None),
+        };
         let sources = root
             .get("sources")
             .map(|n| self.section(n, "sources", |l, node, path| l.read(node, path)))
@@ -473,6 +483,7 @@ impl Loader {
             nodes,
             sinks,
             dead_letter,
+            schema_registry,
             complete: self.diagnostics.len() == errors_before,
         })
     }
@@ -844,6 +855,8 @@ impl Loader {
             }
         }
 
+        self.check_formats(&parsed);
+
         if !parsed.complete || self.diagnostics.len() > errors_before {
             return None;
         }
@@ -856,6 +869,7 @@ impl Loader {
             nodes,
             sinks,
             dead_letter: Some(dead_letter),
+            schema_registry: Some(schema_registry),
             ..
         } = parsed
         else {
@@ -872,6 +886,7 @@ impl Loader {
             nodes: Vec::new(),
             sinks: Vec::new(),
             dead_letter_topic: dead_letter.map_or_else(|| format!("{app}-dlq"), |d| d.topic),
+            schema_registry,
             order,
         };
         for (name, config) in sources {
@@ -960,6 +975,112 @@ impl Loader {
             );
         }
         (self.diagnostics.len() == errors_before).then_some(topology)
+    }
+}
+
+impl Loader {
+    /// Avro needs a schema registry; Avro sinks name their schema files; and
+    /// every schema file a topology names exists and is an Avro schema.
+    fn check_formats(&mut self, parsed: &Parsed) {
+        let at = |section: &str, name: &str, field: &str| -> Vec<String> {
+            vec![section.into(), name.into(), field.into()]
+        };
+        if let Some(Some(registry)) = &parsed.schema_registry {
+            let field = |f: &str| vec!["schema_registry".to_string(), f.to_string()];
+            for url in registry.url.split(',').map(str::trim) {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    self.error_at(
+                        &field("url"),
+                        format!(
+                            "`{url}` is not an http(s) URL such as `http://schema-registry:8081`"
+                        ),
+                    );
+                }
+            }
+            if registry.password.is_some() && registry.username.is_none() {
+                self.error_at(&field("password"), "`password` needs `username`".into());
+            }
+        }
+        // Where Avro is used, for the one "needs a registry" error.
+        let mut avro_uses: Vec<Vec<String>> = Vec::new();
+        // (where a schema file is named, the file)
+        let mut files: Vec<(Vec<String>, &FsPath)> = Vec::new();
+        // (a field set where it does not apply, what it applies with)
+        let mut stray: Vec<(Vec<String>, &str)> = Vec::new();
+        for (name, source) in &parsed.sources {
+            let Some(source) = source else { continue };
+            let avro = source.format == Format::Avro;
+            if avro {
+                avro_uses.push(at("sources", name, "format"));
+            }
+            if source.key_format == KeyFormat::Avro {
+                avro_uses.push(at("sources", name, "key_format"));
+            }
+            match (&source.schema, avro) {
+                (Some(file), true) => files.push((at("sources", name, "schema"), file)),
+                (Some(_), false) => stray.push((at("sources", name, "schema"), "`format: avro`")),
+                (None, _) => {}
+            }
+        }
+        for (name, sink) in &parsed.sinks {
+            let Some(sink) = sink else { continue };
+            let value_avro = sink.format == Format::Avro;
+            let key_avro = sink.key_format == KeyFormat::Avro;
+            for (avro, field, schema_field, schema, applies) in [
+                (
+                    value_avro,
+                    "format",
+                    "schema",
+                    &sink.schema,
+                    "`format: avro`",
+                ),
+                (
+                    key_avro,
+                    "key_format",
+                    "key_schema",
+                    &sink.key_schema,
+                    "`key_format: avro`",
+                ),
+            ] {
+                if avro {
+                    avro_uses.push(at("sinks", name, field));
+                }
+                match (schema, avro) {
+                    (Some(file), true) => files.push((at("sinks", name, schema_field), file)),
+                    (None, true) => self.error_at(
+                        &at("sinks", name, field),
+                        format!(
+                            "an Avro sink needs `{schema_field}`: the `.avsc` file it writes with, such as `schemas/{}.avsc`",
+                            sink.topic
+                        ),
+                    ),
+                    (Some(_), false) => stray.push((at("sinks", name, schema_field), applies)),
+                    (None, false) => {}
+                }
+            }
+            if sink.register.is_some() && !value_avro && !key_avro {
+                stray.push((
+                    at("sinks", name, "register"),
+                    "`format: avro` or `key_format: avro`",
+                ));
+            }
+        }
+        for (path, applies) in stray {
+            let field = path.last().cloned().unwrap_or_default();
+            self.error_at(&path, format!("`{field}` applies only with {applies}"));
+        }
+        if let (Some(first), Some(None)) = (avro_uses.first(), &parsed.schema_registry) {
+            self.error_at(
+                first,
+                "Avro needs a schema registry: add a top-level `schema_registry` with its `url`"
+                    .into(),
+            );
+        }
+        for (path, file) in files {
+            if let Err(message) = crate::formats::avro::read_schema_file(file) {
+                self.error_at(&path, message);
+            }
+        }
     }
 }
 

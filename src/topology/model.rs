@@ -42,6 +42,10 @@ pub struct TopologyFile {
     /// headers. Defaults to the topic `<name>-dlq`.
     #[serde(default)]
     pub dead_letter: Option<DeadLetterConfig>,
+    /// The Confluent-compatible schema registry behind `avro` sources and
+    /// sinks. Required when any of them uses Avro.
+    #[serde(default)]
+    pub schema_registry: Option<SchemaRegistryConfig>,
 }
 
 /// Connection to Kafka. Values may use `${VAR}` or `${VAR:-default}`.
@@ -64,6 +68,23 @@ pub struct KafkaConfig {
     /// so a restarted instance gets its partitions back without a rebalance.
     #[serde(default)]
     pub static_membership: bool,
+}
+
+/// A Confluent-compatible schema registry (Confluent Schema Registry,
+/// Karapace, Redpanda, Apicurio in Confluent mode). Values may use `${VAR}`.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct SchemaRegistryConfig {
+    /// Base URL, such as `http://schema-registry:8081`. Several URLs,
+    /// comma-separated, are tried in order.
+    pub url: String,
+    /// Basic-auth user name (on Confluent Cloud, the API key).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Basic-auth password (on Confluent Cloud, the API secret). Requires
+    /// `username`.
+    #[serde(default)]
+    pub password: Option<String>,
 }
 
 /// Delivery guarantee.
@@ -143,6 +164,9 @@ pub enum Format {
     /// UTF-8 JSON.
     #[default]
     Json,
+    /// Avro in the Confluent wire format (a zero byte, the 4-byte schema id,
+    /// the Avro body), through `schema_registry`.
+    Avro,
 }
 
 /// Encoding of record keys.
@@ -156,6 +180,10 @@ pub enum KeyFormat {
     Json,
     /// Opaque bytes.
     Bytes,
+    /// Avro in the Confluent wire format, schema subject `<topic>-key`.
+    /// Decoded keys group as text when they are strings, as compact JSON
+    /// otherwise.
+    Avro,
     /// Records carry no meaningful key: stateful nodes must set `key_by`.
     None,
 }
@@ -188,6 +216,12 @@ pub struct SourceConfig {
     /// Where to start when the group has no committed offset.
     #[serde(default)]
     pub offset_reset: OffsetReset,
+    /// Avro only: the reader schema, an `.avsc` file (relative to the
+    /// directory streamfold runs in). Records are decoded with the schema
+    /// whose id they carry and resolved to this one, so producers may evolve
+    /// their schema compatibly. Without it, records read as written.
+    #[serde(default)]
+    pub schema: Option<PathBuf>,
 }
 
 /// An output topic.
@@ -216,6 +250,19 @@ pub struct SinkConfig {
     /// models and checkpoints keyed by entity. Only with `create: true`.
     #[serde(default)]
     pub compact: bool,
+    /// Avro only (required): the `.avsc` file values are written with,
+    /// relative to the directory streamfold runs in.
+    #[serde(default)]
+    pub schema: Option<PathBuf>,
+    /// With `key_format: avro` (required): the `.avsc` file keys are written
+    /// with.
+    #[serde(default)]
+    pub key_schema: Option<PathBuf>,
+    /// Avro only. `true` (default): register the schema under the subject
+    /// `<topic>-value` (and `<topic>-key`) at startup. `false`: use the
+    /// subject's latest registered version, which must exist.
+    #[serde(default)]
+    pub register: Option<bool>,
 }
 
 /// The dead-letter topic.

@@ -1,0 +1,1095 @@
+//! Avro values in the Confluent wire format, converted to and from the JSON
+//! values operators work on.
+//!
+//! A Confluent-framed record is a zero byte, the schema id (4 bytes, big
+//! endian) and the Avro binary body. [`frame`] and [`unframe`] handle the
+//! header; [`AvroSchema`] converts bodies, guided by the schema:
+//!
+//! | Avro | JSON |
+//! |---|---|
+//! | `null`, `boolean`, `string` | the same |
+//! | `int`, `long`, `float`, `double` | a number (ints must be whole and in range) |
+//! | `bytes`, `fixed` | a string of code points U+0000–U+00FF, one per byte (the Avro JSON encoding) |
+//! | `enum` | the symbol, a string |
+//! | `array`, `map`, `record` | an array, an object, an object (record fields in schema order) |
+//! | union | the value of the branch, unwrapped: `["null", "string"]` is `null` or `"text"`; writing picks the first branch the value fits |
+//! | `decimal` | a string such as `"12.30"` (written from a number or a string; at most 38 digits) |
+//! | `big-decimal`, `uuid` | a string |
+//! | `date`, `time-*` | the underlying number |
+//! | `timestamp-*`, `local-timestamp-*` | the underlying number; written also from an RFC 3339 string |
+//! | `duration` | `{"months": m, "days": d, "millis": ms}` |
+//!
+//! Writing is strict so nothing is lost silently: a JSON field the record
+//! does not declare is an error, a missing field takes the field's default,
+//! or `null` when the field is a union with `null`, and is an error
+//! otherwise. Every mismatch names where it is (`/metrics/2: expected a
+//! string, found a number`).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::UNIX_EPOCH;
+
+use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::schema::{
+    DecimalSchema, InnerDecimalSchema, Name, Names, NamespaceRef, RecordSchema, ResolvedSchema,
+    UuidSchema,
+};
+use apache_avro::types::Value as Avro;
+use apache_avro::writer::datum::GenericDatumWriter;
+use apache_avro::{BigDecimal, Days, Decimal, Duration, Millis, Months, Schema, Uuid};
+use serde_json::{Map, Number, Value};
+
+use super::json;
+
+/// The first byte of a Confluent-framed record.
+pub const MAGIC_BYTE: u8 = 0;
+
+/// `0`, the schema id, then `body`: what a Confluent serializer writes.
+pub fn frame(id: u32, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 5);
+    out.push(MAGIC_BYTE);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// The schema id and the Avro body of a Confluent-framed record.
+pub fn unframe(bytes: &[u8]) -> Result<(u32, &[u8]), String> {
+    match bytes {
+        [MAGIC_BYTE, a, b, c, d, body @ ..] => Ok((u32::from_be_bytes([*a, *b, *c, *d]), body)),
+        [MAGIC_BYTE, ..] | [] => Err(format!(
+            "not Confluent Avro: {} bytes, shorter than the 5-byte header (magic byte 0 and a 4-byte schema id)",
+            bytes.len()
+        )),
+        [first, ..] => Err(format!(
+            "not Confluent Avro: the first byte is {first:#04x}, not the magic byte 0x00{}",
+            if *first == b'{' {
+                " (it looks like JSON; is the source's `format` right?)"
+            } else {
+                ""
+            }
+        )),
+    }
+}
+
+/// A parsed Avro schema with its named types resolved, ready to convert
+/// values either way.
+pub struct AvroSchema {
+    root: Schema,
+    /// Every named type of the schema by full name, to follow references.
+    names: Names,
+    /// Compact JSON text of the schema as written (docs and defaults kept),
+    /// which is what gets registered.
+    text: String,
+}
+
+impl fmt::Debug for AvroSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("AvroSchema").field(&self.text).finish()
+    }
+}
+
+impl AvroSchema {
+    /// Parses schema text (an `.avsc` file or a registry answer).
+    pub fn parse(text: &str) -> Result<AvroSchema, String> {
+        let json: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let schema = Schema::parse(&json).map_err(|e| format!("not an Avro schema: {e}"))?;
+        let names: Names = ResolvedSchema::try_from(&schema)
+            .map_err(|e| format!("not an Avro schema: {e}"))?
+            .get_names()
+            .iter()
+            .map(|(name, schema)| (name.clone(), (*schema).clone()))
+            .collect();
+        Ok(AvroSchema {
+            root: schema,
+            names,
+            text: json.to_string(),
+        })
+    }
+
+    pub fn root(&self) -> &Schema {
+        &self.root
+    }
+
+    /// The schema as compact JSON, for registering it.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Avro's Parsing Canonical Form: equal for schemas that read and write
+    /// the same bytes.
+    pub fn canonical_form(&self) -> String {
+        self.root().canonical_form()
+    }
+
+    /// `record com.example.Folded`, `string`, ... for messages.
+    pub fn describe(&self) -> String {
+        describe(self.root())
+    }
+
+    fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// Writes `value` as an Avro body (no header), or says where it does not
+    /// fit the schema.
+    pub fn encode(&self, value: &Value) -> Result<Vec<u8>, String> {
+        let avro = to_avro(value, self.root(), None, self.names(), &At::Root).map_err(|e| {
+            format!(
+                "value does not fit the Avro schema ({}): {e}",
+                self.describe()
+            )
+        })?;
+        // The writer resolves the schema's names on each call; for the
+        // schemas of event topics that is a few small allocations.
+        let writer = GenericDatumWriter::builder(self.root())
+            .build()
+            .map_err(|e| format!("cannot use the Avro schema: {e}"))?;
+        writer.write_value_to_vec(avro).map_err(|e| {
+            format!(
+                "value does not fit the Avro schema ({}): {e}",
+                self.describe()
+            )
+        })
+    }
+
+    /// Reads an Avro body written with this schema.
+    pub fn decode(&self, body: &[u8]) -> Result<Value, String> {
+        let avro = self.read(body)?;
+        to_json(avro, self.root(), None, self.names(), &At::Root)
+            .map_err(|e| format!("the Avro value does not match its schema: {e}"))
+    }
+
+    /// Reads an Avro body written with this schema and resolves it to
+    /// `reader` (Avro schema resolution: defaults for new fields, promoted
+    /// numbers, fields the reader does not know dropped).
+    pub fn decode_as(&self, body: &[u8], reader: &AvroSchema) -> Result<Value, String> {
+        let avro = self.read(body)?;
+        let resolved = avro
+            .resolve_with_names(reader.root(), reader.names())
+            .map_err(|e| {
+                format!(
+                    "cannot resolve the record to the reader schema ({}): {e}",
+                    reader.describe()
+                )
+            })?;
+        to_json(resolved, reader.root(), None, reader.names(), &At::Root)
+            .map_err(|e| format!("the Avro value does not match its schema: {e}"))
+    }
+
+    fn read(&self, body: &[u8]) -> Result<Avro, String> {
+        let reader = GenericDatumReader::builder(self.root())
+            .build()
+            .map_err(|e| format!("cannot use the Avro schema: {e}"))?;
+        let mut input = Body {
+            bytes: body,
+            read: 0,
+            ran_out: false,
+        };
+        let avro = reader
+            .read_value(&mut input)
+            .map_err(|e| format!("the Avro body does not decode with its schema: {e}"))?;
+        // The decoder reads a missing union index or string as null instead
+        // of failing, so running out of bytes is checked here.
+        if input.ran_out {
+            return Err("the Avro body ends before the value does (truncated?)".into());
+        }
+        if input.read < body.len() {
+            return Err(format!(
+                "the Avro body has {} bytes left over after the value: it was not written with this schema",
+                body.len() - input.read
+            ));
+        }
+        Ok(avro)
+    }
+}
+
+/// An Avro body being read, which remembers whether the decoder asked for
+/// more bytes than there were.
+struct Body<'a> {
+    bytes: &'a [u8],
+    read: usize,
+    ran_out: bool,
+}
+
+impl Read for Body<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let rest = &self.bytes[self.read..];
+        let n = rest.len().min(buf.len());
+        if n < buf.len() {
+            self.ran_out = true;
+        }
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.read += n;
+        Ok(n)
+    }
+}
+
+/// Reads and parses an `.avsc` file; the message names the file.
+pub fn read_schema_file(path: &Path) -> Result<AvroSchema, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!(
+            "schema file `{shown}` not found (relative paths start from the directory streamfold runs in)"
+        ),
+        _ => format!("cannot read schema file `{shown}`: {e}"),
+    })?;
+    AvroSchema::parse(&text).map_err(|e| format!("schema file `{shown}` is {e}"))
+}
+
+/// `record com.example.Folded`, `array of string`, ... for messages.
+pub fn describe(schema: &Schema) -> String {
+    match schema {
+        Schema::Record(r) => format!("record `{}`", r.name),
+        Schema::Enum(e) => format!("enum `{}`", e.name),
+        Schema::Fixed(f) => format!("fixed `{}` ({} bytes)", f.name, f.size),
+        Schema::Ref { name } => format!("`{name}`"),
+        Schema::Array(a) => format!("array of {}", describe(&a.items)),
+        Schema::Map(m) => format!("map of {}", describe(&m.types)),
+        Schema::Union(u) => {
+            let branches: Vec<String> = u.variants().iter().map(describe).collect();
+            format!("union of {}", branches.join(", "))
+        }
+        Schema::Decimal(d) => format!("decimal({}, {})", d.precision, d.scale),
+        Schema::Null => "null".into(),
+        Schema::Boolean => "boolean".into(),
+        Schema::Int => "int".into(),
+        Schema::Long => "long".into(),
+        Schema::Float => "float".into(),
+        Schema::Double => "double".into(),
+        Schema::Bytes => "bytes".into(),
+        Schema::String => "string".into(),
+        Schema::BigDecimal => "big-decimal".into(),
+        Schema::Uuid(_) => "uuid".into(),
+        Schema::Date => "date".into(),
+        Schema::TimeMillis => "time-millis".into(),
+        Schema::TimeMicros => "time-micros".into(),
+        Schema::TimestampMillis => "timestamp-millis".into(),
+        Schema::TimestampMicros => "timestamp-micros".into(),
+        Schema::TimestampNanos => "timestamp-nanos".into(),
+        Schema::LocalTimestampMillis => "local-timestamp-millis".into(),
+        Schema::LocalTimestampMicros => "local-timestamp-micros".into(),
+        Schema::LocalTimestampNanos => "local-timestamp-nanos".into(),
+        Schema::Duration(_) => "duration".into(),
+    }
+}
+
+/// Where in a value a conversion is, rendered as a JSON pointer only when
+/// something goes wrong.
+enum At<'p> {
+    Root,
+    Field(&'p At<'p>, &'p str),
+    Index(&'p At<'p>, usize),
+}
+
+impl fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            At::Root => Ok(()),
+            At::Field(parent, name) => {
+                write!(f, "{parent}/")?;
+                f.write_str(&name.replace('~', "~0").replace('/', "~1"))
+            }
+            At::Index(parent, i) => write!(f, "{parent}/{i}"),
+        }
+    }
+}
+
+impl At<'_> {
+    fn error(&self, message: impl fmt::Display) -> String {
+        match self {
+            At::Root => message.to_string(),
+            _ => format!("{self}: {message}"),
+        }
+    }
+}
+
+/// Follows a named reference.
+fn deref<'s>(
+    schema: &'s Schema,
+    ns: NamespaceRef<'s>,
+    names: &'s Names,
+) -> Result<&'s Schema, String> {
+    match schema {
+        Schema::Ref { name } => {
+            let full = name.fully_qualified_name(ns);
+            names
+                .get(full.as_ref())
+                .ok_or_else(|| format!("the schema refers to `{name}`, which it does not define"))
+        }
+        other => Ok(other),
+    }
+}
+
+/// The namespace named types inside `schema` inherit.
+fn namespace_of<'s>(schema: &'s Schema, enclosing: NamespaceRef<'s>) -> NamespaceRef<'s> {
+    let name: Option<&Name> = match schema {
+        Schema::Record(r) => Some(&r.name),
+        Schema::Enum(e) => Some(&e.name),
+        Schema::Fixed(f) => Some(&f.name),
+        _ => None,
+    };
+    name.and_then(Name::namespace).or(enclosing)
+}
+
+fn expected(at: &At<'_>, schema: &Schema, found: &Value) -> String {
+    at.error(format!(
+        "expected {}, found {}",
+        describe(schema),
+        json::type_name(found)
+    ))
+}
+
+fn whole(at: &At<'_>, schema: &Schema, value: &Value) -> Result<i64, String> {
+    match value {
+        Value::Number(n) => n.as_i64().ok_or_else(|| {
+            at.error(format!(
+                "expected {}, found {n}, which is not a whole number in range",
+                describe(schema)
+            ))
+        }),
+        other => Err(expected(at, schema, other)),
+    }
+}
+
+fn int(at: &At<'_>, schema: &Schema, value: &Value) -> Result<i32, String> {
+    let n = whole(at, schema, value)?;
+    i32::try_from(n).map_err(|_| {
+        at.error(format!(
+            "expected {}, found {n}, which is out of its range",
+            describe(schema)
+        ))
+    })
+}
+
+/// A whole number, or (for timestamps) an RFC 3339 time in `per_second`
+/// units.
+fn instant(at: &At<'_>, schema: &Schema, value: &Value, per_second: i128) -> Result<i64, String> {
+    let Value::String(text) = value else {
+        return whole(at, schema, value);
+    };
+    let time = humantime::parse_rfc3339_weak(text).map_err(|_| {
+        at.error(format!(
+            "expected {} (a number or an RFC 3339 time), found \"{text}\"",
+            describe(schema)
+        ))
+    })?;
+    let nanos = match time.duration_since(UNIX_EPOCH) {
+        Ok(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
+        Err(before) => -i128::try_from(before.duration().as_nanos()).unwrap_or(i128::MAX),
+    };
+    i64::try_from(nanos * per_second / 1_000_000_000).map_err(|_| {
+        at.error(format!(
+            "\"{text}\" is out of the range of {}",
+            describe(schema)
+        ))
+    })
+}
+
+/// Bytes from a string of code points U+0000–U+00FF (Avro's JSON encoding).
+fn latin1(at: &At<'_>, schema: &Schema, value: &Value) -> Result<Vec<u8>, String> {
+    let Value::String(text) = value else {
+        return Err(expected(at, schema, value));
+    };
+    text.chars()
+        .map(|c| u8::try_from(u32::from(c)).ok())
+        .collect::<Option<Vec<u8>>>()
+        .ok_or_else(|| {
+            at.error(format!(
+                "expected {} as a string of characters U+0000 to U+00FF (one per byte)",
+                describe(schema)
+            ))
+        })
+}
+
+fn bytes_text(bytes: &[u8]) -> String {
+    bytes.iter().map(|&b| char::from(b)).collect()
+}
+
+fn number(at: &At<'_>, value: f64) -> Result<Value, String> {
+    Number::from_f64(value)
+        .map(Value::Number)
+        .ok_or_else(|| at.error(format!("{value} cannot be written in JSON")))
+}
+
+/// A JSON value as the Avro value `schema` describes.
+fn to_avro<'s>(
+    value: &Value,
+    schema: &'s Schema,
+    ns: NamespaceRef<'s>,
+    names: &'s Names,
+    at: &At<'_>,
+) -> Result<Avro, String> {
+    let schema = deref(schema, ns, names).map_err(|e| at.error(e))?;
+    let ns = namespace_of(schema, ns);
+    Ok(match (schema, value) {
+        (Schema::Null, Value::Null) => Avro::Null,
+        (Schema::Boolean, Value::Bool(b)) => Avro::Boolean(*b),
+        (Schema::Int, _) => Avro::Int(int(at, schema, value)?),
+        (Schema::Long, _) => Avro::Long(whole(at, schema, value)?),
+        (Schema::Float | Schema::Double, Value::Number(n)) => {
+            let f = n.as_f64().ok_or_else(|| expected(at, schema, value))?;
+            if matches!(schema, Schema::Double) {
+                Avro::Double(f)
+            } else {
+                #[allow(clippy::cast_possible_truncation)] // range checked below
+                let narrow = f as f32;
+                if narrow.is_infinite() {
+                    return Err(at.error(format!("{n} is out of the range of a float")));
+                }
+                Avro::Float(narrow)
+            }
+        }
+        (Schema::String, Value::String(s)) => Avro::String(s.clone()),
+        (Schema::Bytes, _) => Avro::Bytes(latin1(at, schema, value)?),
+        (Schema::Fixed(fixed), _) => {
+            let bytes = latin1(at, schema, value)?;
+            if bytes.len() != fixed.size {
+                return Err(at.error(format!(
+                    "expected {}, found {} bytes",
+                    describe(schema),
+                    bytes.len()
+                )));
+            }
+            Avro::Fixed(fixed.size, bytes)
+        }
+        (Schema::Enum(e), Value::String(symbol)) => {
+            let index = e.symbols.iter().position(|s| s == symbol).ok_or_else(|| {
+                at.error(format!(
+                    "`{symbol}` is not a symbol of enum `{}` ({})",
+                    e.name,
+                    e.symbols.join(", ")
+                ))
+            })?;
+            Avro::Enum(u32::try_from(index).unwrap_or(u32::MAX), symbol.clone())
+        }
+        (Schema::Array(array), Value::Array(items)) => Avro::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| to_avro(item, &array.items, ns, names, &At::Index(at, i)))
+                .collect::<Result<_, _>>()?,
+        ),
+        (Schema::Map(map), Value::Object(entries)) => Avro::Map(
+            entries
+                .iter()
+                .map(|(k, v)| {
+                    Ok((
+                        k.clone(),
+                        to_avro(v, &map.types, ns, names, &At::Field(at, k))?,
+                    ))
+                })
+                .collect::<Result<HashMap<_, _>, String>>()?,
+        ),
+        (Schema::Record(record), Value::Object(entries)) => {
+            record_to_avro(record, entries, ns, names, at)?
+        }
+        (Schema::Union(union), _) => {
+            let mut failures = Vec::new();
+            for (i, branch) in union.variants().iter().enumerate() {
+                match to_avro(value, branch, ns, names, at) {
+                    Ok(avro) => {
+                        return Ok(Avro::Union(
+                            u32::try_from(i).unwrap_or(u32::MAX),
+                            Box::new(avro),
+                        ));
+                    }
+                    Err(e) => failures.push((branch, e)),
+                }
+            }
+            // When one branch is of the value's kind, its error says more
+            // than "none fits" (a record branch names the field at fault).
+            let same_kind: Vec<String> = failures
+                .into_iter()
+                .filter(|(branch, _)| {
+                    deref(branch, ns, names).is_ok_and(|b| same_json_kind(b, value))
+                })
+                .map(|(_, e)| e)
+                .collect();
+            match <[String; 1]>::try_from(same_kind) {
+                Ok([only]) => return Err(only),
+                Err(_) => return Err(expected(at, schema, value)),
+            }
+        }
+        (Schema::Decimal(decimal), Value::Number(_) | Value::String(_)) => {
+            decimal_to_avro(decimal, value, at)?
+        }
+        (Schema::BigDecimal, Value::Number(_) | Value::String(_)) => {
+            let text = match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            Avro::BigDecimal(
+                BigDecimal::from_str(&text)
+                    .map_err(|_| at.error(format!("`{text}` is not a decimal number")))?,
+            )
+        }
+        (Schema::Uuid(_), Value::String(s)) => {
+            Avro::Uuid(Uuid::parse_str(s).map_err(|_| at.error(format!("`{s}` is not a UUID")))?)
+        }
+        (Schema::Date, _) => Avro::Date(int(at, schema, value)?),
+        (Schema::TimeMillis, _) => Avro::TimeMillis(int(at, schema, value)?),
+        (Schema::TimeMicros, _) => Avro::TimeMicros(whole(at, schema, value)?),
+        (Schema::TimestampMillis, _) => Avro::TimestampMillis(instant(at, schema, value, 1_000)?),
+        (Schema::TimestampMicros, _) => {
+            Avro::TimestampMicros(instant(at, schema, value, 1_000_000)?)
+        }
+        (Schema::TimestampNanos, _) => {
+            Avro::TimestampNanos(instant(at, schema, value, 1_000_000_000)?)
+        }
+        (Schema::LocalTimestampMillis, _) => {
+            Avro::LocalTimestampMillis(instant(at, schema, value, 1_000)?)
+        }
+        (Schema::LocalTimestampMicros, _) => {
+            Avro::LocalTimestampMicros(instant(at, schema, value, 1_000_000)?)
+        }
+        (Schema::LocalTimestampNanos, _) => {
+            Avro::LocalTimestampNanos(instant(at, schema, value, 1_000_000_000)?)
+        }
+        (Schema::Duration(_), Value::Object(parts)) => {
+            let part = |name: &str| -> Result<u32, String> {
+                let at = At::Field(at, name);
+                let n = whole(&at, &Schema::Long, parts.get(name).unwrap_or(&Value::Null))?;
+                u32::try_from(n)
+                    .map_err(|_| at.error(format!("{n} is out of range (0 to 4294967295)")))
+            };
+            Avro::Duration(Duration::new(
+                Months::new(part("months")?),
+                Days::new(part("days")?),
+                Millis::new(part("millis")?),
+            ))
+        }
+        _ => return Err(expected(at, schema, value)),
+    })
+}
+
+/// Whether `value` is the JSON shape `schema` is written from, to pick the
+/// union branch whose error to report.
+fn same_json_kind(schema: &Schema, value: &Value) -> bool {
+    match value {
+        Value::Null => matches!(schema, Schema::Null),
+        Value::Bool(_) => matches!(schema, Schema::Boolean),
+        Value::Array(_) => matches!(schema, Schema::Array(_)),
+        Value::Object(_) => matches!(
+            schema,
+            Schema::Record(_) | Schema::Map(_) | Schema::Duration(_)
+        ),
+        Value::Number(_) | Value::String(_) => !matches!(
+            schema,
+            Schema::Null
+                | Schema::Boolean
+                | Schema::Array(_)
+                | Schema::Record(_)
+                | Schema::Map(_)
+                | Schema::Duration(_)
+                | Schema::Union(_)
+        ),
+    }
+}
+
+fn record_to_avro<'s>(
+    record: &'s RecordSchema,
+    entries: &Map<String, Value>,
+    ns: NamespaceRef<'s>,
+    names: &'s Names,
+    at: &At<'_>,
+) -> Result<Avro, String> {
+    if let Some(extra) = entries.keys().find(|k| !record.lookup.contains_key(*k)) {
+        let declared: Vec<&str> = record.fields.iter().map(|f| f.name.as_str()).collect();
+        return Err(At::Field(at, extra).error(format!(
+            "record `{}` has no field `{extra}` (its fields: {})",
+            record.name,
+            declared.join(", ")
+        )));
+    }
+    let mut fields = Vec::with_capacity(record.fields.len());
+    for field in &record.fields {
+        let field_at = At::Field(at, &field.name);
+        let value = match (entries.get(&field.name), &field.default) {
+            (Some(value), _) => to_avro(value, &field.schema, ns, names, &field_at)?,
+            (None, Some(default)) => to_avro(default, &field.schema, ns, names, &field_at)
+                .map_err(|e| {
+                    field_at.error(format!("missing, and its default does not fit: {e}"))
+                })?,
+            (None, None) => {
+                to_avro(&Value::Null, &field.schema, ns, names, &field_at).map_err(|_| {
+                    field_at.error(format!(
+                        "missing: record `{}` requires it ({})",
+                        record.name,
+                        describe(&field.schema)
+                    ))
+                })?
+            }
+        };
+        fields.push((field.name.clone(), value));
+    }
+    Ok(Avro::Record(fields))
+}
+
+/// The number `value` (a JSON number or string) as a decimal's unscaled
+/// two's-complement bytes.
+fn decimal_to_avro(decimal: &DecimalSchema, value: &Value, at: &At<'_>) -> Result<Avro, String> {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let unscaled = parse_decimal(&text, decimal.scale).map_err(|e| {
+        at.error(format!(
+            "`{text}` does not fit decimal({}, {}): {e}",
+            decimal.precision, decimal.scale
+        ))
+    })?;
+    let digits = unscaled.unsigned_abs().to_string().len();
+    if unscaled != 0 && digits > decimal.precision {
+        return Err(at.error(format!(
+            "`{text}` has more than {} digits, the precision of decimal({}, {})",
+            decimal.precision, decimal.precision, decimal.scale
+        )));
+    }
+    let full = unscaled.to_be_bytes();
+    let bytes = match &decimal.inner {
+        InnerDecimalSchema::Fixed(fixed) => {
+            let size = fixed.size;
+            let minimal = minimal_twos_complement(&full);
+            if minimal.len() > size {
+                return Err(at.error(format!("`{text}` does not fit in {size} bytes")));
+            }
+            let fill = if unscaled < 0 { 0xff } else { 0 };
+            let mut out = vec![fill; size - minimal.len()];
+            out.extend_from_slice(minimal);
+            out
+        }
+        InnerDecimalSchema::Bytes => minimal_twos_complement(&full).to_vec(),
+    };
+    Ok(Avro::Decimal(Decimal::from(bytes)))
+}
+
+/// The shortest big-endian two's-complement form of a number.
+fn minimal_twos_complement(full: &[u8]) -> &[u8] {
+    let mut start = 0;
+    while start + 1 < full.len() {
+        let (b, next) = (full[start], full[start + 1]);
+        let redundant = (b == 0 && next & 0x80 == 0) || (b == 0xff && next & 0x80 != 0);
+        if !redundant {
+            break;
+        }
+        start += 1;
+    }
+    &full[start..]
+}
+
+/// `"-12.3"` with scale 2 → -1230.
+fn parse_decimal(text: &str, scale: usize) -> Result<i128, String> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    if whole.is_empty() && fraction.is_empty()
+        || !whole
+            .bytes()
+            .chain(fraction.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
+        return Err("not a decimal number".into());
+    }
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.len() > scale {
+        return Err(format!("more than {scale} digits after the point"));
+    }
+    let mut unscaled: i128 = 0;
+    let padding = std::iter::repeat_n(b'0', scale - fraction.len());
+    for b in whole.bytes().chain(fraction.bytes()).chain(padding) {
+        unscaled = unscaled
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(i128::from(b - b'0')))
+            .ok_or("more than 38 digits")?;
+    }
+    Ok(if negative { -unscaled } else { unscaled })
+}
+
+/// An unscaled decimal as text with `scale` digits after the point.
+fn format_decimal(decimal: &Decimal, scale: usize) -> Result<String, String> {
+    let bytes = Vec::<u8>::try_from(decimal).map_err(|e| e.to_string())?;
+    if bytes.len() > 16 {
+        return Err(format!(
+            "a decimal of {} bytes is wider than the 38 digits streamfold reads",
+            bytes.len()
+        ));
+    }
+    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+    let mut full = [if negative { 0xff } else { 0 }; 16];
+    full[16 - bytes.len()..].copy_from_slice(&bytes);
+    let unscaled = i128::from_be_bytes(full);
+    let digits = unscaled.unsigned_abs().to_string();
+    let sign = if unscaled < 0 { "-" } else { "" };
+    if scale == 0 {
+        return Ok(format!("{sign}{digits}"));
+    }
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (whole, fraction) = padded.split_at(padded.len() - scale);
+    Ok(format!("{sign}{whole}.{fraction}"))
+}
+
+/// An Avro value read with `schema` as JSON.
+fn to_json<'s>(
+    value: Avro,
+    schema: &'s Schema,
+    ns: NamespaceRef<'s>,
+    names: &'s Names,
+    at: &At<'_>,
+) -> Result<Value, String> {
+    let schema = deref(schema, ns, names).map_err(|e| at.error(e))?;
+    let ns = namespace_of(schema, ns);
+    let mismatch = |value: &Avro| {
+        at.error(format!(
+            "expected {}, read {:?}",
+            describe(schema),
+            apache_avro::schema::SchemaKind::from(value)
+        ))
+    };
+    Ok(match (value, schema) {
+        (Avro::Union(i, inner), Schema::Union(union)) => {
+            let branch = usize::try_from(i)
+                .ok()
+                .and_then(|i| union.variants().get(i))
+                .ok_or_else(|| at.error(format!("union branch {i} does not exist")))?;
+            to_json(*inner, branch, ns, names, at)?
+        }
+        (Avro::Null, Schema::Null) => Value::Null,
+        (Avro::Boolean(b), Schema::Boolean) => Value::Bool(b),
+        (Avro::Int(n), Schema::Int)
+        | (Avro::Date(n), Schema::Date)
+        | (Avro::TimeMillis(n), Schema::TimeMillis) => Value::from(n),
+        (Avro::Long(n), Schema::Long)
+        | (Avro::TimeMicros(n), Schema::TimeMicros)
+        | (Avro::TimestampMillis(n), Schema::TimestampMillis)
+        | (Avro::TimestampMicros(n), Schema::TimestampMicros)
+        | (Avro::TimestampNanos(n), Schema::TimestampNanos)
+        | (Avro::LocalTimestampMillis(n), Schema::LocalTimestampMillis)
+        | (Avro::LocalTimestampMicros(n), Schema::LocalTimestampMicros)
+        | (Avro::LocalTimestampNanos(n), Schema::LocalTimestampNanos) => Value::from(n),
+        (Avro::Float(f), Schema::Float) => number(at, f64::from(f))?,
+        (Avro::Double(f), Schema::Double) => number(at, f)?,
+        (Avro::String(s), Schema::String) => Value::String(s),
+        (Avro::Bytes(b), Schema::Bytes) | (Avro::Fixed(_, b), Schema::Fixed(_)) => {
+            Value::String(bytes_text(&b))
+        }
+        (Avro::Enum(_, symbol), Schema::Enum(_)) => Value::String(symbol),
+        (Avro::Array(items), Schema::Array(array)) => Value::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| to_json(item, &array.items, ns, names, &At::Index(at, i)))
+                .collect::<Result<_, _>>()?,
+        ),
+        (Avro::Map(entries), Schema::Map(map)) => {
+            // Sorted, so the same map always reads the same.
+            let mut entries: Vec<(String, Avro)> = entries.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut out = Map::with_capacity(entries.len());
+            for (k, v) in entries {
+                let item = to_json(v, &map.types, ns, names, &At::Field(at, &k))?;
+                out.insert(k, item);
+            }
+            Value::Object(out)
+        }
+        (Avro::Record(fields), Schema::Record(record)) => {
+            let mut out = Map::with_capacity(fields.len());
+            for ((name, v), field) in fields.into_iter().zip(&record.fields) {
+                let item = to_json(v, &field.schema, ns, names, &At::Field(at, &name))?;
+                out.insert(name, item);
+            }
+            Value::Object(out)
+        }
+        (Avro::Decimal(d), Schema::Decimal(decimal)) => {
+            Value::String(format_decimal(&d, decimal.scale).map_err(|e| at.error(e))?)
+        }
+        (Avro::BigDecimal(d), Schema::BigDecimal) => Value::String(d.to_string()),
+        (Avro::Uuid(u), Schema::Uuid(_)) => Value::String(u.to_string()),
+        // A uuid written as a plain string or 16 bytes by an older writer.
+        (Avro::String(s), Schema::Uuid(UuidSchema::String)) => Value::String(s),
+        (Avro::Duration(d), Schema::Duration(_)) => {
+            let mut out = Map::new();
+            out.insert("months".into(), Value::from(u32::from(d.months())));
+            out.insert("days".into(), Value::from(u32::from(d.days())));
+            out.insert("millis".into(), Value::from(u32::from(d.millis())));
+            Value::Object(out)
+        }
+        (other, _) => return Err(mismatch(&other)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const FOLDED: &str = r#"{
+      "type": "record", "name": "AccountMetricsFolded", "namespace": "streamfold.examples",
+      "fields": [
+        {"name": "account_id", "type": "string"},
+        {"name": "metrics", "type": {"type": "array", "items": "string"}},
+        {"name": "folded_count", "type": "long"},
+        {"name": "closed_by", "type": {"type": "enum", "name": "ClosedBy", "symbols": ["quiet", "max_wait", "max_events"]}},
+        {"name": "note", "type": ["null", "string"], "default": null},
+        {"name": "reason", "type": ["null", "ClosedBy"]}
+      ]
+    }"#;
+
+    fn schema(text: &str) -> AvroSchema {
+        AvroSchema::parse(text).unwrap()
+    }
+
+    #[test]
+    fn the_wire_header_is_magic_byte_then_big_endian_id() {
+        let framed = frame(258, &[7, 8]);
+        assert_eq!(framed, vec![0, 0, 0, 1, 2, 7, 8]);
+        assert_eq!(unframe(&framed).unwrap(), (258, &[7u8, 8][..]));
+        assert!(
+            unframe(b"{\"a\":1}")
+                .unwrap_err()
+                .contains("looks like JSON")
+        );
+        assert!(
+            unframe(&[0, 0, 1])
+                .unwrap_err()
+                .contains("shorter than the 5-byte header")
+        );
+        assert!(unframe(&[]).unwrap_err().contains("0 bytes"));
+    }
+
+    #[test]
+    fn records_round_trip_with_unions_enums_and_named_references() {
+        let s = schema(FOLDED);
+        let value = json!({
+            "account_id": "account_1",
+            "metrics": ["likes", "shares"],
+            "folded_count": 4,
+            "closed_by": "quiet",
+            "note": "burst",
+            "reason": "max_wait"
+        });
+        let body = s.encode(&value).unwrap();
+        assert_eq!(s.decode(&body).unwrap(), value);
+        // A missing optional field reads back as null (its default).
+        let mut sparse = value.clone();
+        sparse.as_object_mut().unwrap().remove("note");
+        sparse.as_object_mut().unwrap().remove("reason");
+        let back = s.decode(&s.encode(&sparse).unwrap()).unwrap();
+        assert_eq!(back["note"], Value::Null);
+        assert_eq!(back["reason"], Value::Null);
+    }
+
+    #[test]
+    fn values_that_do_not_fit_say_where_and_why() {
+        let s = schema(FOLDED);
+        let base =
+            json!({"account_id": "a", "metrics": [], "folded_count": 1, "closed_by": "quiet"});
+        let with = |pointer: &str, v: Value| {
+            let mut value = base.clone();
+            *value.pointer_mut(pointer).unwrap() = v;
+            s.encode(&value).unwrap_err()
+        };
+        assert!(
+            with("/folded_count", json!("four"))
+                .ends_with("/folded_count: expected long, found a string"),
+            "{}",
+            with("/folded_count", json!("four"))
+        );
+        assert!(with("/closed_by", json!("later")).contains(
+            "/closed_by: `later` is not a symbol of enum `streamfold.examples.ClosedBy` (quiet, max_wait, max_events)"
+        ));
+        assert!(
+            with("/metrics", json!(["a", 2]))
+                .contains("/metrics/1: expected string, found a number")
+        );
+        assert!(with("/folded_count", json!(1.5)).contains("not a whole number"));
+        let mut extra = base.clone();
+        extra["surprise"] = json!(true);
+        assert!(
+            s.encode(&extra)
+                .unwrap_err()
+                .contains("has no field `surprise`")
+        );
+        let mut missing = base.clone();
+        missing.as_object_mut().unwrap().remove("account_id");
+        assert!(
+            s.encode(&missing)
+                .unwrap_err()
+                .contains("/account_id: missing: record `streamfold.examples.AccountMetricsFolded` requires it (string)")
+        );
+        assert!(
+            s.encode(&json!([1]))
+                .unwrap_err()
+                .contains("expected record")
+        );
+    }
+
+    #[test]
+    fn int_range_floats_bytes_and_fixed_are_checked() {
+        let ints = schema(r#"{"type": "array", "items": "int"}"#);
+        assert!(
+            ints.encode(&json!([1, 3_000_000_000_i64]))
+                .unwrap_err()
+                .contains("out of its range")
+        );
+        let floats = schema(r#""float""#);
+        assert!(
+            floats
+                .encode(&json!(1e300))
+                .unwrap_err()
+                .contains("out of the range of a float")
+        );
+        assert_eq!(
+            floats.decode(&floats.encode(&json!(1.5)).unwrap()).unwrap(),
+            json!(1.5)
+        );
+        let bytes = schema(r#""bytes""#);
+        let body = bytes.encode(&json!("\u{0}\u{ff}A")).unwrap();
+        assert_eq!(body, vec![6, 0, 0xff, b'A']);
+        assert_eq!(bytes.decode(&body).unwrap(), json!("\u{0}\u{ff}A"));
+        assert!(
+            bytes
+                .encode(&json!("€"))
+                .unwrap_err()
+                .contains("U+0000 to U+00FF")
+        );
+        let fixed = schema(r#"{"type": "fixed", "name": "Two", "size": 2}"#);
+        assert!(
+            fixed
+                .encode(&json!("abc"))
+                .unwrap_err()
+                .contains("found 3 bytes")
+        );
+    }
+
+    #[test]
+    fn decimals_timestamps_uuids_and_durations_use_readable_json() {
+        let s = schema(
+            r#"{"type": "record", "name": "R", "fields": [
+                {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+                {"name": "fixed_price", "type": {"type": "fixed", "name": "F", "size": 8, "logicalType": "decimal", "precision": 12, "scale": 3}},
+                {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+                {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+                {"name": "wait", "type": {"type": "fixed", "name": "D", "size": 12, "logicalType": "duration"}}
+            ]}"#,
+        );
+        let value = json!({
+            "price": "-12.3",
+            "fixed_price": 7,
+            "at": "2025-01-01T00:00:00.123Z",
+            "id": "4f9a4e41-6c27-4d1b-9f65-8c7d3f0a5b21",
+            "wait": {"months": 1, "days": 2, "millis": 3}
+        });
+        let back = s.decode(&s.encode(&value).unwrap()).unwrap();
+        assert_eq!(
+            back,
+            json!({
+                "price": "-12.30",
+                "fixed_price": "7.000",
+                "at": 1_735_689_600_123_i64,
+                "id": "4f9a4e41-6c27-4d1b-9f65-8c7d3f0a5b21",
+                "wait": {"months": 1, "days": 2, "millis": 3}
+            })
+        );
+        let mut too_precise = value.clone();
+        too_precise["price"] = json!("1.234");
+        assert!(
+            s.encode(&too_precise)
+                .unwrap_err()
+                .contains("more than 2 digits after the point")
+        );
+        let mut too_big = value.clone();
+        too_big["price"] = json!("12345678.9");
+        assert!(
+            s.encode(&too_big)
+                .unwrap_err()
+                .contains("more than 9 digits")
+        );
+        let mut not_a_time = value;
+        not_a_time["at"] = json!("yesterday");
+        assert!(
+            s.encode(&not_a_time)
+                .unwrap_err()
+                .contains("a number or an RFC 3339 time")
+        );
+    }
+
+    #[test]
+    fn decimal_text_and_twos_complement_agree() {
+        assert_eq!(parse_decimal("-0.5", 2), Ok(-50));
+        assert_eq!(parse_decimal("3", 0), Ok(3));
+        assert!(parse_decimal("1e3", 0).is_err());
+        assert!(parse_decimal(".", 1).is_err());
+        for (unscaled, scale, text) in [
+            (-50i128, 2, "-0.50"),
+            (128, 1, "12.8"),
+            (-129, 0, "-129"),
+            (5, 3, "0.005"),
+        ] {
+            let full = unscaled.to_be_bytes();
+            let decimal = Decimal::from(minimal_twos_complement(&full));
+            assert_eq!(format_decimal(&decimal, scale).unwrap(), text);
+        }
+        assert_eq!(minimal_twos_complement(&128i128.to_be_bytes()), &[0, 0x80]);
+        assert_eq!(minimal_twos_complement(&(-1i128).to_be_bytes()), &[0xff]);
+    }
+
+    #[test]
+    fn truncated_or_padded_bodies_do_not_decode() {
+        let s = schema(FOLDED);
+        let body = s
+            .encode(&json!({"account_id": "account_1", "metrics": ["likes"], "folded_count": 4, "closed_by": "quiet"}))
+            .unwrap();
+        for cut in 1..body.len() {
+            assert!(
+                s.decode(&body[..cut]).is_err(),
+                "a body cut at {cut} decoded"
+            );
+        }
+        let mut padded = body.clone();
+        padded.push(0);
+        assert!(s.decode(&padded).unwrap_err().contains("1 bytes left over"));
+    }
+
+    #[test]
+    fn a_reader_schema_resolves_older_writers() {
+        let v1 = schema(
+            r#"{"type": "record", "name": "E", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "int"}]}"#,
+        );
+        let v2 = schema(
+            r#"{"type": "record", "name": "E", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "long"}, {"name": "tag", "type": "string", "default": "none"}]}"#,
+        );
+        let body = v1.encode(&json!({"id": "x", "n": 3})).unwrap();
+        assert_eq!(
+            v1.decode_as(&body, &v2).unwrap(),
+            json!({"id": "x", "n": 3, "tag": "none"})
+        );
+    }
+
+    #[test]
+    fn schema_files_report_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = read_schema_file(&dir.path().join("missing.avsc")).unwrap_err();
+        assert!(missing.contains("not found"), "{missing}");
+        let broken = dir.path().join("broken.avsc");
+        std::fs::write(&broken, "{\"type\": \"record\",").unwrap();
+        assert!(
+            read_schema_file(&broken)
+                .unwrap_err()
+                .contains("is not JSON")
+        );
+        let not_avro = dir.path().join("not-avro.avsc");
+        std::fs::write(&not_avro, r#"{"type": "record", "name": "R"}"#).unwrap();
+        assert!(
+            read_schema_file(&not_avro)
+                .unwrap_err()
+                .contains("is not an Avro schema")
+        );
+    }
+}

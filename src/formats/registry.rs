@@ -1,0 +1,384 @@
+//! The schema registry client behind Avro sources and sinks: schema ids to
+//! schemas (fetched once, then cached), and schema files to ids (registered,
+//! or the subject's latest version).
+//!
+//! HTTP goes through `schema_registry_converter`'s blocking API, so the
+//! single processing thread calls it directly. Blocking calls must not run
+//! inside an async runtime (reqwest's blocking client panics there): build
+//! and use [`Codecs`](super::Codecs) from plain threads, as the runtime and
+//! `#[test]` functions do.
+//!
+//! A registry that cannot be reached, or answers 5xx or 429, is retried with
+//! exponential backoff ([`SETUP_RETRY`] at startup, [`RECORD_RETRY`] while
+//! processing); other answers (404, 401, 409, ...) are final at once.
+
+use std::collections::HashMap;
+use std::error::Error as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use schema_registry_converter::blocking::schema_registry::{
+    SrSettings, get_schema_by_id, perform_sr_call, post_schema,
+};
+use schema_registry_converter::error::SRCError;
+use schema_registry_converter::schema_registry_common::{
+    RawError, SchemaType, SrCall, SuppliedSchema,
+};
+
+use super::avro::AvroSchema;
+use crate::topology::model::SchemaRegistryConfig;
+
+/// How often, and how patiently, to try a registry that does not answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    /// Tries in all, the first included.
+    pub attempts: u32,
+    /// Wait before the second try; doubled before each next one.
+    pub initial: Duration,
+    /// Longest wait between two tries.
+    pub max: Duration,
+}
+
+impl Backoff {
+    /// The waits between tries.
+    fn delays(self) -> impl Iterator<Item = Duration> {
+        let mut next = self.initial;
+        (1..self.attempts).map(move |_| {
+            let delay = next.min(self.max);
+            next = next.saturating_mul(2);
+            delay
+        })
+    }
+}
+
+/// At startup (registering and looking up sink schemas): about 6 seconds,
+/// long enough for a registry that starts alongside streamfold.
+pub const SETUP_RETRY: Backoff = Backoff {
+    attempts: 6,
+    initial: Duration::from_millis(200),
+    max: Duration::from_secs(3),
+};
+
+/// While processing (a record carrying a schema id not seen yet): under a
+/// second, well within a transaction.
+pub const RECORD_RETRY: Backoff = Backoff {
+    attempts: 4,
+    initial: Duration::from_millis(100),
+    max: Duration::from_millis(400),
+};
+
+/// How long one HTTP call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the registry did not give what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The registry could not be reached, or kept failing, on every try.
+    #[error("schema registry {url} unreachable after {attempts} attempts: {last}")]
+    Unreachable {
+        url: String,
+        attempts: u32,
+        last: String,
+    },
+    /// The registry answered with an error that retrying does not change.
+    #[error("schema registry {url}: {message}")]
+    Refused {
+        url: String,
+        message: String,
+        /// The HTTP status, when known.
+        status: Option<u16>,
+    },
+    /// The registry's answer is unusable.
+    #[error("schema registry {url}: {message}")]
+    Invalid { url: String, message: String },
+    /// The client could not be set up.
+    #[error("schema registry {url}: cannot set up the HTTP client: {message}")]
+    Client { url: String, message: String },
+}
+
+impl RegistryError {
+    /// Whether the registry said the schema, subject or version does not
+    /// exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            RegistryError::Refused {
+                status: Some(404),
+                ..
+            }
+        )
+    }
+}
+
+/// A registry connection with its schema cache.
+pub struct RegistryClient {
+    settings: SrSettings,
+    /// The configured URL(s), for messages.
+    url: String,
+    /// Schemas by id; ids the registry does not know are remembered too,
+    /// since an id never comes to exist later for the same bytes.
+    by_id: Mutex<HashMap<u32, Result<Arc<AvroSchema>, String>>>,
+}
+
+impl std::fmt::Debug for RegistryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryClient")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `<topic>-value` or `<topic>-key`: the Confluent topic name strategy.
+pub fn subject(topic: &str, key: bool) -> String {
+    format!("{topic}-{}", if key { "key" } else { "value" })
+}
+
+impl RegistryClient {
+    pub fn connect(config: &SchemaRegistryConfig) -> Result<RegistryClient, RegistryError> {
+        let urls: Vec<String> = config
+            .url
+            .split(',')
+            .map(|u| u.trim().trim_end_matches('/').to_string())
+            .filter(|u| !u.is_empty())
+            .collect();
+        let shown = urls.join(",");
+        let Some((first, rest)) = urls.split_first() else {
+            return Err(RegistryError::Client {
+                url: config.url.clone(),
+                message: "no URL".into(),
+            });
+        };
+        let mut builder = SrSettings::new_builder(first.clone());
+        for url in rest {
+            builder.add_url(url.clone());
+        }
+        if let Some(username) = &config.username {
+            builder.set_basic_authorization(username, config.password.as_deref());
+        }
+        builder.set_timeout(CALL_TIMEOUT);
+        let settings = builder.build().map_err(|e| RegistryError::Client {
+            url: shown.clone(),
+            message: render(&e),
+        })?;
+        Ok(RegistryClient {
+            settings,
+            url: shown,
+            by_id: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The schema with `id`, from the cache or the registry.
+    pub fn schema_by_id(&self, id: u32, retry: Backoff) -> Result<Arc<AvroSchema>, String> {
+        if let Some(known) = self.cache().get(&id) {
+            return known.clone();
+        }
+        let fetched = self.call(retry, || get_schema_by_id(id, &self.settings));
+        let result = match fetched {
+            Ok(registered) if registered.schema_type != SchemaType::Avro => Err(format!(
+                "schema {id} is a {:?} schema, not Avro",
+                registered.schema_type
+            )),
+            Ok(registered) if !registered.references.is_empty() => Err(format!(
+                "schema {id} refers to other registered schemas, which streamfold does not read"
+            )),
+            Ok(registered) => AvroSchema::parse(&registered.schema)
+                .map(Arc::new)
+                .map_err(|e| format!("schema {id} from {} is {e}", self.url)),
+            Err(e) if e.is_not_found() => Err(format!(
+                "schema id {id} is not in the schema registry {}",
+                self.url
+            )),
+            // Not cached: the next record tries again.
+            Err(e) => return Err(e.to_string()),
+        };
+        self.cache().insert(id, result.clone());
+        result
+    }
+
+    /// Registers `schema` under `subject` (or finds it registered) and
+    /// returns its id.
+    pub fn register(
+        &self,
+        subject: &str,
+        schema: &AvroSchema,
+        retry: Backoff,
+    ) -> Result<u32, RegistryError> {
+        let supplied = SuppliedSchema::new(None, SchemaType::Avro, schema.text().to_string());
+        self.call(retry, || {
+            post_schema(&self.settings, subject.to_string(), supplied.clone())
+        })
+        .map(|registered| registered.id)
+    }
+
+    /// The latest version registered under `subject`: its id and schema.
+    pub fn latest(
+        &self,
+        subject: &str,
+        retry: Backoff,
+    ) -> Result<(u32, AvroSchema), RegistryError> {
+        let raw = self.call(retry, || {
+            perform_sr_call(&self.settings, SrCall::GetLatest(subject))
+        })?;
+        let invalid = |message: String| RegistryError::Invalid {
+            url: self.url.clone(),
+            message,
+        };
+        let id = raw
+            .id
+            .ok_or_else(|| invalid(format!("the latest version of `{subject}` has no id")))?;
+        if raw.schema_type.as_deref().is_some_and(|t| t != "AVRO") {
+            return Err(invalid(format!(
+                "the latest version of `{subject}` is not an Avro schema"
+            )));
+        }
+        let text = raw
+            .schema
+            .ok_or_else(|| invalid(format!("the latest version of `{subject}` has no schema")))?;
+        let schema = AvroSchema::parse(&text)
+            .map_err(|e| invalid(format!("the latest version of `{subject}` is {e}")))?;
+        Ok((id, schema))
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Result<Arc<AvroSchema>, String>>> {
+        // A panic elsewhere while holding the lock leaves a map that is
+        // still whole (inserts are single calls), so poisoning is ignored.
+        self.by_id.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `call`, retrying what a retry may fix.
+    fn call<T>(
+        &self,
+        retry: Backoff,
+        mut call: impl FnMut() -> Result<T, SRCError>,
+    ) -> Result<T, RegistryError> {
+        let mut delays = retry.delays();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let e = match call() {
+                Ok(value) => return Ok(value),
+                Err(e) => e,
+            };
+            let status = status(&e);
+            let transient = e.retriable || status.is_some_and(|s| s >= 500 || s == 429 || s == 408);
+            if !transient {
+                return Err(RegistryError::Refused {
+                    url: self.url.clone(),
+                    message: render(&e),
+                    status,
+                });
+            }
+            match delays.next() {
+                Some(delay) => {
+                    tracing::warn!(
+                        url = %self.url,
+                        attempt = attempts,
+                        retry_in = ?delay,
+                        error = %render(&e),
+                        "Schema registry call failed; retrying."
+                    );
+                    std::thread::sleep(delay);
+                }
+                None => {
+                    return Err(RegistryError::Unreachable {
+                        url: self.url.clone(),
+                        attempts,
+                        last: render(&e),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The HTTP status of a registry error answer: Confluent error codes are
+/// the status (`409`) or the status followed by two digits (`40403`).
+fn status(e: &SRCError) -> Option<u16> {
+    let from_code = e
+        .source()
+        .and_then(|s| s.downcast_ref::<RawError>())
+        .map(|raw| raw.error_code)
+        .filter(|&code| code > 0)
+        .map(|code| if code >= 10_000 { code / 100 } else { code });
+    // The library words the status into the message when the body is not
+    // a registry error ("... failed with status 404 Not Found").
+    let from_text = || {
+        let (_, rest) = e.error.split_once("status ")?;
+        rest.get(..3)?.parse::<u32>().ok()
+    };
+    from_code
+        .or_else(from_text)
+        .and_then(|s| u16::try_from(s).ok())
+}
+
+/// The registry's own message when it sent one, else the error with its
+/// causes.
+fn render(e: &SRCError) -> String {
+    if let Some(raw) = e.source().and_then(|s| s.downcast_ref::<RawError>())
+        && raw.error_code > 0
+    {
+        return format!("{} (error code {})", raw.message, raw.error_code);
+    }
+    let mut text = e.error.clone();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_stops() {
+        let delays: Vec<Duration> = RECORD_RETRY.delays().collect();
+        assert_eq!(
+            delays,
+            vec![
+                Duration::from_millis(100),
+                Duration::from_millis(200),
+                Duration::from_millis(400)
+            ]
+        );
+        let setup: Duration = SETUP_RETRY.delays().sum();
+        assert!(setup >= Duration::from_secs(5) && setup <= Duration::from_secs(10));
+    }
+
+    #[test]
+    fn subjects_follow_the_topic_name_strategy() {
+        assert_eq!(subject("orders", false), "orders-value");
+        assert_eq!(subject("orders", true), "orders-key");
+    }
+
+    #[test]
+    fn statuses_come_from_error_codes_or_the_message() {
+        let raw = |code: u32| {
+            let body: RawError =
+                serde_json::from_str(&format!(r#"{{"error_code": {code}, "message": "m"}}"#))
+                    .unwrap();
+            SRCError::non_retryable_with_cause(
+                body,
+                "HTTP request to schema registry failed with status 404 Not Found",
+            )
+        };
+        assert_eq!(status(&raw(40403)), Some(404));
+        assert_eq!(status(&raw(409)), Some(409));
+        assert_eq!(status(&raw(0)), Some(404));
+        assert_eq!(render(&raw(40403)), "m (error code 40403)");
+        assert_eq!(
+            status(&SRCError::non_retryable_without_cause("no status here")),
+            None
+        );
+    }
+}
