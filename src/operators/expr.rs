@@ -279,7 +279,7 @@ impl Program {
                 Ok(value) => out.push(from_val(value)?),
                 Err(exception) => {
                     return Err(match exception.get_err() {
-                        Ok(error) => error.to_string(),
+                        Ok(error) => shorten(error.to_string()),
                         // `halt` would stop the process in jq; here it is
                         // the record's error like any other.
                         Err(_) => "the expression halted".to_string(),
@@ -298,7 +298,7 @@ impl Program {
             None => Ok(false),
             Some(Ok(value)) => Ok(!matches!(value, Val::Null | Val::Bool(false))),
             Some(Err(exception)) => Err(match exception.get_err() {
-                Ok(error) => error.to_string(),
+                Ok(error) => shorten(error.to_string()),
                 Err(_) => "the expression halted".to_string(),
             }),
         }
@@ -318,6 +318,27 @@ impl Program {
             _ => Err("the expression produced several values where one is expected".into()),
         }
     }
+}
+
+/// The longest runtime error message kept: jaq's messages quote the values
+/// involved, which can be whole records.
+const MAX_ERROR_LEN: usize = 200;
+
+/// Cuts the middle out of a long message, keeping its start and its end
+/// (where jaq says what was expected: `... as number`).
+fn shorten(message: String) -> String {
+    if message.len() <= MAX_ERROR_LEN {
+        return message;
+    }
+    let mut head = MAX_ERROR_LEN * 2 / 3;
+    while !message.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = message.len() - MAX_ERROR_LEN / 4;
+    while !message.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{} ... {}", &message[..head], &message[tail..])
 }
 
 /// Compiles an expression for a running operator. Every expression was
@@ -607,6 +628,14 @@ mod tests {
         assert_eq!(run("halt", json!(1)).unwrap_err(), "the expression halted");
         let err = run("{(1): 2}", json!(null)).unwrap_err();
         assert!(err.contains("not a string"), "{err}");
+    }
+
+    #[test]
+    fn long_runtime_errors_are_shortened() {
+        let err = run("(.s * 1000) | round", json!({"s": "ab"})).unwrap_err();
+        assert!(err.len() <= MAX_ERROR_LEN, "{err}");
+        assert!(err.starts_with("cannot use \"abab"), "{err}");
+        assert!(err.ends_with("abab\" as number"), "{err}");
     }
 
     #[test]

@@ -195,9 +195,15 @@ impl OperatorSpec for ProjectionConfig {
             }
         }
         if key_field == self.version_field {
+            let (option, taken_by, wanted_for) = match self.key_field {
+                Some(_) => ("key_field", "version field (`version_field`)", "entity id"),
+                None => ("version_field", "entity id field (`key_field`)", "version"),
+            };
             issues.push(Issue::new(
-                &["version_field"],
-                format!("`{key_field}` already carries the entity id; choose another name"),
+                &[option],
+                format!(
+                    "`{key_field}` is already the {taken_by}; choose another name for the {wanted_for}"
+                ),
             ));
         }
     }
@@ -360,7 +366,8 @@ impl Projection {
     }
 
     fn snapshot_due(&self, version: u64) -> bool {
-        self.snapshot_every.is_some_and(|n| version.is_multiple_of(n))
+        self.snapshot_every
+            .is_some_and(|n| version.is_multiple_of(n))
     }
 
     /// Re-folds the entity with `event` inserted at `position`, before its
