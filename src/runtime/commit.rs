@@ -176,6 +176,11 @@ impl Transactions {
         }
     }
 
+    /// Identifies this producer's run in `streamfold.txn` headers and logs.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
     pub fn in_transaction(&self) -> bool {
         self.in_transaction
     }

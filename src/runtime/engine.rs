@@ -99,7 +99,16 @@ fn run_member(
         options.txn_header,
     )
     .map_err(|e| RuntimeError::Startup(format!("cannot start the transactional producer: {e}")))?;
-    let restorer = Restorer::new(&config::restore_config(topology, options), &topology.name)?;
+    tracing::info!(run = %txn.run_id(), "Producer ready; joining the group.");
+    let changelogs: Vec<String> = topology
+        .stores()
+        .map(|s| s.changelog_topic.clone())
+        .collect();
+    let restorer = Restorer::new(
+        &config::restore_config(topology, options),
+        &topology.name,
+        &changelogs,
+    )?;
     let codecs = Codecs::new(topology).map_err(|e| RuntimeError::Startup(e.to_string()))?;
     let engine = Engine::new(Arc::clone(topology), options, layout, codecs, txn, restorer);
     let context = EngineContext {
@@ -446,19 +455,8 @@ impl Engine {
                     .insert((element.topic().to_string(), task), o);
             }
         }
-        let changelogs: Vec<(usize, String, i64)> = self
-            .changelogs
-            .iter()
-            .enumerate()
-            .map(|(store, (topic, _))| {
-                (
-                    store,
-                    topic.clone(),
-                    changelog_offsets.0.get(topic).copied().unwrap_or(0),
-                )
-            })
-            .collect();
-        let restoring = self.restorer.add(task, &changelogs, committed_positions)?;
+        self.restorer
+            .add(task, &changelog_offsets.0, committed_positions)?;
         let slot = Slot {
             task: state_task,
             running: false,
@@ -469,9 +467,6 @@ impl Engine {
             published: vec![NodeStats::default(); self.topology.nodes.len()],
         };
         self.tasks.insert(task, slot);
-        if !restoring {
-            self.start_task(consumer, task)?;
-        }
         Ok(())
     }
 
@@ -785,7 +780,6 @@ impl Engine {
             )];
             slot.task.state().restore(&progress.writes, &meta)?;
             if progress.done {
-                tracing::info!(task, "Restore finished.");
                 self.start_task(consumer, task)?;
             }
         }

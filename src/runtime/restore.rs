@@ -3,44 +3,88 @@
 //! When a task is assigned, its store already holds everything up to the
 //! changelog offsets saved with its last commit (nothing, for a new or
 //! wiped state directory). The restorer replays each changelog partition of
-//! the task from there to its end, with a read_committed consumer of its
-//! own, skipping records of transactions that did not commit by the
-//! position rule ([`super::changelog`]). Tasks restore independently and in
-//! small steps between processing, so a restoring task never blocks the
-//! others.
+//! the task from there to its end, skipping records of transactions that
+//! did not commit by the position rule ([`super::changelog`]).
+//!
+//! There is one read_committed consumer per changelog topic, with
+//! `enable.partition.eof`: reaching the end of a partition (its last stable
+//! offset) is reported by librdkafka, without blocking watermark queries,
+//! and is unambiguous because each consumer reads a single topic. Tasks
+//! restore independently and in small steps between processing, so a
+//! restoring task never blocks the others. Remaining records come from the
+//! consumers' statistics.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::Message;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Headers;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Message, Statistics};
 
 use super::changelog::{POSITION_HEADER, Positions};
 use crate::state::RawWrite;
 use crate::telemetry;
 
-/// A partition that stays idle this long below its end offset has nothing
-/// more to deliver (its tail is transaction markers, or a transaction that
-/// never completes holds it back).
-const IDLE_DONE: Duration = Duration::from_secs(3);
-
 /// Records handled per call, so processing resumes quickly.
 const BATCH: usize = 10_000;
 
-/// One changelog partition being replayed.
-struct Replay {
-    task: i32,
+/// Records left per `(topic, partition)`, from librdkafka statistics.
+#[derive(Default)]
+struct Remaining(Mutex<HashMap<i32, i64>>);
+
+struct StatsContext {
+    remaining: Arc<Remaining>,
+}
+
+impl ClientContext for StatsContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        // Reaching the end of a changelog is how a restore finishes.
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::warn!(%error, reason, "Restore consumer error.");
+        }
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        let mut remaining = self.remaining.0.lock().unwrap_or_else(|e| e.into_inner());
+        for topic in statistics.topics.values() {
+            for (partition, p) in &topic.partitions {
+                if *partition >= 0 && p.app_offset >= 0 {
+                    let end = if p.ls_offset >= 0 {
+                        p.ls_offset
+                    } else {
+                        p.hi_offset
+                    };
+                    remaining.insert(*partition, (end - p.app_offset).max(0));
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for StatsContext {}
+
+/// The restore consumer of one changelog topic.
+struct ChangelogReader {
     topic: String,
     store: usize,
-    /// End offset when the restore started.
-    end: i64,
-    /// Next offset to apply.
-    position: i64,
-    last_progress: Instant,
+    consumer: BaseConsumer<StatsContext>,
+    remaining: Arc<Remaining>,
+    /// Partitions (tasks) being replayed, with the next offset to apply.
+    replaying: BTreeMap<i32, i64>,
+}
+
+impl ChangelogReader {
+    fn reassign(&self) -> Result<(), KafkaError> {
+        let mut list = TopicPartitionList::new();
+        for (task, offset) in &self.replaying {
+            list.add_partition_offset(&self.topic, *task, Offset::Offset(*offset))?;
+        }
+        self.consumer.assign(&list)
+    }
 }
 
 /// What one call to [`Restorer::poll`] produced for a task.
@@ -55,174 +99,176 @@ pub struct Progress {
     pub done: bool,
 }
 
+/// A task being restored.
+struct Restoring {
+    committed: Positions,
+    started: Instant,
+    restored: u64,
+    skipped: u64,
+}
+
 pub struct Restorer {
-    consumer: BaseConsumer,
-    replays: Vec<Replay>,
-    /// Per restoring task: the group's committed input offsets.
-    committed: HashMap<i32, Positions>,
+    readers: Vec<ChangelogReader>,
+    tasks: HashMap<i32, Restoring>,
     app: String,
 }
 
 impl Restorer {
-    pub fn new(config: &ClientConfig, app: &str) -> Result<Restorer, KafkaError> {
+    /// One reader per changelog topic; `changelogs[i]` belongs to store `i`.
+    pub fn new(
+        config: &ClientConfig,
+        app: &str,
+        changelogs: &[String],
+    ) -> Result<Restorer, KafkaError> {
+        let mut config = config.clone();
+        config.set("enable.partition.eof", "true");
+        config.set("statistics.interval.ms", "1000");
+        let readers = changelogs
+            .iter()
+            .enumerate()
+            .map(|(store, topic)| {
+                let remaining = Arc::new(Remaining::default());
+                let consumer = config.create_with_context(StatsContext {
+                    remaining: Arc::clone(&remaining),
+                })?;
+                Ok(ChangelogReader {
+                    topic: topic.clone(),
+                    store,
+                    consumer,
+                    remaining,
+                    replaying: BTreeMap::new(),
+                })
+            })
+            .collect::<Result<_, KafkaError>>()?;
         Ok(Restorer {
-            consumer: config.create()?,
-            replays: Vec::new(),
-            committed: HashMap::new(),
+            readers,
+            tasks: HashMap::new(),
             app: app.to_string(),
         })
     }
 
-    /// Starts restoring `task`. `changelogs` lists, per store, the
-    /// changelog topic and the offset saved with the store. Returns
-    /// `false` when there is nothing to replay.
+    /// Starts restoring `task` from `saved` (next offset per changelog
+    /// topic, as stored with its state); `committed` are the group's
+    /// committed input offsets, the yardstick of the position rule.
     pub fn add(
         &mut self,
         task: i32,
-        changelogs: &[(usize, String, i64)],
+        saved: &BTreeMap<String, i64>,
         committed: Positions,
-    ) -> Result<bool, KafkaError> {
-        let mut added = false;
-        for (store, topic, saved) in changelogs {
-            let (low, high) =
-                self.consumer
-                    .fetch_watermarks(topic, task, Duration::from_secs(10))?;
-            let start = (*saved).max(low);
-            if start >= high {
-                continue;
-            }
-            tracing::info!(task, changelog = %topic, from = start, to = high, "Restoring state.");
-            metrics::gauge!(telemetry::RESTORE_REMAINING, "topology" => self.app.clone(), "store" => topic.clone(), "partition" => task.to_string())
-                .set((high - start) as f64);
-            self.replays.push(Replay {
-                task,
-                topic: topic.clone(),
-                store: *store,
-                end: high,
-                position: start,
-                last_progress: Instant::now(),
-            });
-            added = true;
+    ) -> Result<(), KafkaError> {
+        for reader in &mut self.readers {
+            let from = saved.get(&reader.topic).copied().unwrap_or(0);
+            tracing::debug!(task, changelog = %reader.topic, from, "Replaying changelog.");
+            reader.replaying.insert(task, from);
+            reader.reassign()?;
         }
-        if added {
-            self.committed.insert(task, committed);
-            self.reassign()?;
-        }
-        Ok(added)
+        self.tasks.insert(
+            task,
+            Restoring {
+                committed,
+                started: Instant::now(),
+                restored: 0,
+                skipped: 0,
+            },
+        );
+        Ok(())
     }
 
     /// Stops restoring `task` (revoked before it finished).
     pub fn remove(&mut self, task: i32) -> Result<(), KafkaError> {
-        let before = self.replays.len();
-        self.replays.retain(|r| r.task != task);
-        self.committed.remove(&task);
-        if self.replays.len() != before {
-            self.reassign()?;
+        if self.tasks.remove(&task).is_none() {
+            return Ok(());
+        }
+        for reader in &mut self.readers {
+            if reader.replaying.remove(&task).is_some() {
+                reader.reassign()?;
+            }
         }
         Ok(())
     }
 
     pub fn is_restoring(&self) -> bool {
-        !self.replays.is_empty()
-    }
-
-    fn reassign(&self) -> Result<(), KafkaError> {
-        let mut list = TopicPartitionList::new();
-        for r in &self.replays {
-            list.add_partition_offset(&r.topic, r.task, Offset::Offset(r.position))?;
-        }
-        self.consumer.assign(&list)
+        !self.tasks.is_empty()
     }
 
     /// Replays what is available within `budget`; returns progress per task.
     pub fn poll(&mut self, budget: Duration) -> Result<BTreeMap<i32, Progress>, KafkaError> {
         let mut progress: BTreeMap<i32, Progress> = BTreeMap::new();
-        if self.replays.is_empty() {
+        if self.tasks.is_empty() {
             return Ok(progress);
         }
         let deadline = Instant::now() + budget;
-        let mut handled = 0;
-        while handled < BATCH {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let Some(message) = self.consumer.poll(remaining.min(Duration::from_millis(50))) else {
-                break;
-            };
-            let message = message?;
-            handled += 1;
-            let Some(replay) = self
-                .replays
-                .iter_mut()
-                .find(|r| r.task == message.partition() && r.topic == message.topic())
-            else {
-                continue;
-            };
-            let entry = progress.entry(replay.task).or_default();
-            replay.position = message.offset() + 1;
-            replay.last_progress = Instant::now();
-            entry.offsets.insert(replay.topic.clone(), replay.position);
-            let position = message
-                .headers()
-                .and_then(|h| h.iter().find(|h| h.key == POSITION_HEADER))
-                .and_then(|h| h.value)
-                .and_then(Positions::decode);
-            let committed = self.committed.get(&replay.task);
-            let applies = match (position, committed) {
-                (Some(position), Some(committed)) => position.committed_under(committed),
-                _ => true,
-            };
-            if !applies {
-                entry.skipped += 1;
-                continue;
-            }
-            let Some(key) = message.key() else { continue };
-            entry.restored += 1;
-            entry.writes.push(RawWrite {
-                store: replay.store,
-                key: key.into(),
-                value: message.payload().map(Box::from),
-            });
-            if Instant::now() > deadline {
-                break;
-            }
-        }
-        // Decide which partitions are done.
-        let now = Instant::now();
-        let mut finished = Vec::new();
-        let positions = self.consumer.position().ok();
-        for (index, replay) in self.replays.iter_mut().enumerate() {
-            // The consumer's position moves past transaction markers that
-            // are never delivered as records.
-            if let Some(Offset::Offset(p)) = positions
-                .as_ref()
-                .and_then(|l| l.find_partition(&replay.topic, replay.task))
-                .map(|e| e.offset())
-                && p > replay.position
-                && now.duration_since(replay.last_progress) > Duration::from_millis(200)
-            {
-                replay.position = p;
-                progress
-                    .entry(replay.task)
-                    .or_default()
-                    .offsets
-                    .insert(replay.topic.clone(), p);
-            }
-            let idle = now.duration_since(replay.last_progress) > IDLE_DONE;
-            if replay.position >= replay.end || idle {
-                if replay.position < replay.end {
-                    tracing::warn!(
-                        task = replay.task,
-                        changelog = %replay.topic,
-                        position = replay.position,
-                        end = replay.end,
-                        "Changelog stopped short of its end offset (an open transaction?); continuing with what was committed."
-                    );
+        for reader in &mut self.readers {
+            let mut handled = 0;
+            while !reader.replaying.is_empty() && handled < BATCH {
+                let wait = deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(5));
+                let Some(result) = reader.consumer.poll(wait) else {
+                    break;
+                };
+                handled += 1;
+                let message = match result {
+                    Ok(message) => message,
+                    Err(KafkaError::PartitionEOF(task)) => {
+                        if let Some(next) = reader.replaying.remove(&task) {
+                            progress
+                                .entry(task)
+                                .or_default()
+                                .offsets
+                                .insert(reader.topic.clone(), next);
+                            reader.reassign()?;
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let task = message.partition();
+                let Some(next) = reader.replaying.get_mut(&task) else {
+                    continue;
+                };
+                *next = message.offset() + 1;
+                let entry = progress.entry(task).or_default();
+                entry.offsets.insert(reader.topic.clone(), *next);
+                let position = message
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == POSITION_HEADER))
+                    .and_then(|h| h.value)
+                    .and_then(Positions::decode);
+                let applies = match (&position, self.tasks.get(&task)) {
+                    (Some(position), Some(restoring)) => {
+                        position.committed_under(&restoring.committed)
+                    }
+                    _ => true,
+                };
+                if !applies {
+                    entry.skipped += 1;
+                    continue;
                 }
-                finished.push(index);
+                let Some(key) = message.key() else { continue };
+                entry.restored += 1;
+                entry.writes.push(RawWrite {
+                    store: reader.store,
+                    key: key.into(),
+                    value: message.payload().map(Box::from),
+                });
+                if Instant::now() > deadline {
+                    break;
+                }
             }
-            metrics::gauge!(telemetry::RESTORE_REMAINING, "topology" => self.app.clone(), "store" => replay.topic.clone(), "partition" => replay.task.to_string())
-                .set((replay.end - replay.position).max(0) as f64);
+            let remaining = reader.remaining.0.lock().unwrap_or_else(|e| e.into_inner());
+            for task in reader.replaying.keys() {
+                if let Some(left) = remaining.get(task) {
+                    metrics::gauge!(telemetry::RESTORE_REMAINING, "topology" => self.app.clone(), "store" => reader.topic.clone(), "partition" => task.to_string())
+                        .set(*left as f64);
+                }
+            }
         }
-        for (task, p) in &progress {
+        for (task, p) in &mut progress {
+            if let Some(restoring) = self.tasks.get_mut(task) {
+                restoring.restored += p.restored;
+                restoring.skipped += p.skipped;
+            }
             if p.restored > 0 {
                 metrics::counter!(telemetry::RESTORE_RECORDS, "topology" => self.app.clone(), "partition" => task.to_string())
                     .increment(p.restored);
@@ -232,18 +278,27 @@ impl Restorer {
                     .increment(p.skipped);
             }
         }
-        if !finished.is_empty() {
-            for index in finished.into_iter().rev() {
-                self.replays.remove(index);
-            }
-            let tasks: Vec<i32> = self.committed.keys().copied().collect();
-            for task in tasks {
-                if !self.replays.iter().any(|r| r.task == task) {
-                    self.committed.remove(&task);
-                    progress.entry(task).or_default().done = true;
+        let finished: Vec<i32> = self
+            .tasks
+            .keys()
+            .copied()
+            .filter(|task| self.readers.iter().all(|r| !r.replaying.contains_key(task)))
+            .collect();
+        for task in finished {
+            if let Some(done) = self.tasks.remove(&task) {
+                tracing::info!(
+                    task,
+                    restored = done.restored,
+                    skipped = done.skipped,
+                    millis = done.started.elapsed().as_millis() as u64,
+                    "Restore finished."
+                );
+                for reader in &self.readers {
+                    metrics::gauge!(telemetry::RESTORE_REMAINING, "topology" => self.app.clone(), "store" => reader.topic.clone(), "partition" => task.to_string())
+                        .set(0.0);
                 }
             }
-            self.reassign()?;
+            progress.entry(task).or_default().done = true;
         }
         Ok(progress)
     }

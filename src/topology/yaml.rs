@@ -186,12 +186,18 @@ impl Builder<'_> {
             }
             Event::Scalar(value, style, anchor, tag) => {
                 let tagged_str = tag.as_ref().is_some_and(|t| t.suffix == "str");
-                let kind = if style == ScalarStyle::Plain && !tagged_str {
+                let plain = style == ScalarStyle::Plain && !tagged_str;
+                let kind = if plain {
                     resolve_plain(&value)
                 } else {
                     Kind::Str(value.into_owned())
                 };
                 let kind = match kind {
+                    // A plain `${N:-100}` resolves like the literal it
+                    // expands to; a quoted one stays a string.
+                    Kind::Str(s) if plain && s.contains("${") => {
+                        resolve_plain(&self.interpolate(&s, pos))
+                    }
                     Kind::Str(s) => Kind::Str(self.interpolate(&s, pos)),
                     other => other,
                 };
@@ -465,6 +471,21 @@ mod tests {
         let err = interpolate("${MISSING}", &env).unwrap_err();
         assert!(err.contains("`MISSING` is not set"), "{err}");
         assert!(interpolate("${1BAD}", &env).is_err());
+    }
+
+    #[test]
+    fn interpolated_plain_scalars_resolve_like_literals() {
+        let env = |name: &str| (name == "N").then(|| "250".to_string());
+        let (root, errors) = parse(
+            "a: ${N}\nb: ${FLAG:-true}\nc: '${N}'\nd: ${NAME:-x}\n",
+            &env,
+        )
+        .unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(root.get("a").unwrap().kind, Kind::Int(250));
+        assert_eq!(root.get("b").unwrap().kind, Kind::Bool(true));
+        assert_eq!(root.get("c").unwrap().kind, Kind::Str("250".into()));
+        assert_eq!(root.get("d").unwrap().kind, Kind::Str("x".into()));
     }
 
     #[test]

@@ -1,0 +1,691 @@
+//! `streamfold run` against a real broker: the social-metrics topology as a
+//! consumer group with RocksDB state, changelogs and transactions, checked
+//! through read_committed consumers.
+//!
+//! Most tests close folds only by `max_events` (every account gets exactly
+//! 100 events, and quiet/max-wait are set far away), so the expected output
+//! is exact: one folded event per account, whatever restarts, rebalances or
+//! crashes happen on the way. Events come in blocks of 20 interleaved
+//! accounts, so folds complete all along the stream.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+const METRICS: [&str; 6] = [
+    "likes",
+    "shares",
+    "comments",
+    "impressions",
+    "saves",
+    "views",
+];
+const PER_ACCOUNT: u64 = 100;
+/// Accounts receiving events at the same time.
+const ACTIVE: u64 = 20;
+
+/// Names of one test's topics and application.
+struct Names {
+    app: String,
+    source: String,
+    folded: String,
+    dlq: String,
+}
+
+impl Names {
+    fn new(test: &str) -> Names {
+        Names {
+            app: unique(&format!("sf-{test}")),
+            source: unique("post-metric-updated"),
+            folded: unique("account-metrics-folded"),
+            dlq: unique("dlq"),
+        }
+    }
+
+    fn env(&self, exact: bool) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("STREAMFOLD_APP".to_string(), self.app.clone()),
+            ("POST_METRICS_TOPIC".to_string(), self.source.clone()),
+            ("FOLDED_TOPIC".to_string(), self.folded.clone()),
+            ("DEAD_LETTER_TOPIC".to_string(), self.dlq.clone()),
+        ];
+        if exact {
+            // Folds close only when they hold 100 events.
+            env.push(("FOLD_QUIET_FOR".into(), "10m".into()));
+            env.push(("FOLD_MAX_WAIT".into(), "1h".into()));
+            env.push(("FOLD_MAX_EVENTS".into(), PER_ACCOUNT.to_string()));
+        }
+        env
+    }
+
+    fn app(&self, instance: &str, state_dir: PathBuf, exact: bool) -> AppConfig {
+        AppConfig {
+            topology: repo().join("topologies/social-metrics.yaml"),
+            instance: instance.to_string(),
+            state_dir,
+            env: self.env(exact),
+            txn_header: true,
+        }
+    }
+
+    fn changelogs(&self) -> Vec<String> {
+        ["open", "timers", "repartition-seen"]
+            .iter()
+            .map(|s| format!("{}-fold_account-{s}-changelog", self.app))
+            .collect()
+    }
+}
+
+/// The account of event `i`: blocks of `ACTIVE` accounts, each block
+/// getting `PER_ACCOUNT` events per account, interleaved.
+fn account_of(i: u64, accounts: u64) -> u64 {
+    let block = i / (ACTIVE * PER_ACCOUNT);
+    (block * ACTIVE + i % ACTIVE) % accounts
+}
+
+/// Event `i` of a stream over `accounts` accounts.
+fn event(i: u64, accounts: u64) -> (String, Value) {
+    let account = format!("account_{}", account_of(i, accounts));
+    let value = json!({
+        "post_id": format!("post_{}", i % 37),
+        "account_id": account,
+        "metrics": {METRICS[(i % 6) as usize]: i},
+    });
+    (account, value)
+}
+
+fn produce_range(producer: &TestProducer, topic: &str, range: std::ops::Range<u64>, accounts: u64) {
+    for i in range {
+        let (key, value) = event(i, accounts);
+        producer.send_json(topic, &key, &value);
+    }
+    producer.flush();
+}
+
+/// What each account's single folded event must hold.
+fn expected_folds(accounts: u64) -> BTreeMap<String, Value> {
+    let mut metrics: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    let mut posts: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for i in 0..accounts * PER_ACCOUNT {
+        let account = format!("account_{}", account_of(i, accounts));
+        metrics
+            .entry(account.clone())
+            .or_default()
+            .insert(METRICS[(i % 6) as usize]);
+        posts
+            .entry(account)
+            .or_default()
+            .insert(format!("post_{}", i % 37));
+    }
+    metrics
+        .into_iter()
+        .map(|(account, metrics)| {
+            let posts: Vec<&String> = posts[&account].iter().collect();
+            let value = json!({
+                "account_id": account,
+                "metrics": metrics.into_iter().collect::<Vec<_>>(),
+                "posts": posts,
+                "folded_count": PER_ACCOUNT,
+                "closed_by": "max_events",
+            });
+            (account, value)
+        })
+        .collect()
+}
+
+/// The folded event without its timestamps, for comparison.
+fn content(record: &Consumed) -> Value {
+    let mut value = record.json();
+    if let Some(map) = value.as_object_mut() {
+        map.remove("first_event_at");
+        map.remove("last_event_at");
+    }
+    value
+}
+
+/// Reads the folded topic until every account has its event.
+fn read_folded(names: &Names, accounts: u64) -> Vec<Consumed> {
+    read_topic(
+        &names.folded,
+        accounts as usize,
+        Duration::from_secs(3),
+        Duration::from_secs(240),
+    )
+}
+
+/// Exactly one folded event per account, each exactly as expected.
+fn assert_exact(outputs: &[Consumed], accounts: u64) {
+    let expected = expected_folds(accounts);
+    let grouped = by_key(outputs);
+    let missing: Vec<&String> = expected
+        .keys()
+        .filter(|k| !grouped.contains_key(*k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} accounts have no folded event, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    for (account, records) in &grouped {
+        assert_eq!(
+            records.len(),
+            1,
+            "{account} was published {} times: {:?}",
+            records.len(),
+            records.iter().map(|r| r.json()).collect::<Vec<_>>()
+        );
+        assert_eq!(content(records[0]), expected[account], "{account}");
+    }
+    assert_eq!(outputs.len(), accounts as usize);
+}
+
+/// Changelog records a run's restores skipped by the position rule.
+fn restore_skipped(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("Restore finished."))
+        .filter_map(|l| l.split("skipped=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("streamfold-it-")
+        .tempdir()
+        .unwrap()
+}
+
+#[test]
+fn the_article_s_six_events_fold_into_two_after_the_key_goes_quiet() {
+    let _serial = serial();
+    let names = Names::new("article");
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    let article = [
+        ("post_1", "account_1", json!({"likes": 10})),
+        ("post_2", "account_1", json!({"shares": 2})),
+        ("post_3", "account_2", json!({"likes": 3, "shares": 1})),
+        ("post_4", "account_1", json!({"comments": 5, "likes": 11})),
+        ("post_5", "account_2", json!({"likes": 4})),
+        ("post_6", "account_1", json!({"impressions": 120})),
+    ];
+    for (post, account, metrics) in &article {
+        producer.send_json(
+            &names.source,
+            post,
+            &json!({"post_id": post, "account_id": account, "metrics": metrics}),
+        );
+    }
+    producer.flush();
+    let inputs = read_topic(&names.source, 6, Duration::ZERO, Duration::from_secs(30));
+    let last_input = inputs.iter().filter_map(|r| r.timestamp).max().unwrap();
+
+    let dir = temp_dir();
+    let app = App::start(&names.app("a", dir.path().join("state"), false), dir.path());
+    let outputs = read_topic(
+        &names.folded,
+        2,
+        Duration::from_secs(2),
+        Duration::from_secs(60),
+    );
+    let grouped = by_key(&outputs);
+    assert_eq!(
+        outputs.len(),
+        2,
+        "{:?}",
+        outputs.iter().map(Consumed::json).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        grouped["account_1"][0].json()["metrics"],
+        json!(["comments", "impressions", "likes", "shares"])
+    );
+    assert_eq!(grouped["account_1"][0].json()["folded_count"], json!(4));
+    assert_eq!(
+        grouped["account_2"][0].json()["metrics"],
+        json!(["likes", "shares"])
+    );
+    assert_eq!(grouped["account_2"][0].json()["folded_count"], json!(2));
+    for record in &outputs {
+        assert_eq!(record.json()["closed_by"], json!("quiet"));
+        // Published once the account had been quiet for quiet_for (5s),
+        // with no further input.
+        let published = record.timestamp.unwrap();
+        assert!(
+            published - last_input >= 5_000,
+            "published {}ms after the last event",
+            published - last_input
+        );
+    }
+    assert_eq!(app.metric("streamfold_fold_eligible_events_total"), 6.0);
+    assert_eq!(app.metric("streamfold_fold_folded_events_total"), 4.0);
+    app.stop();
+}
+
+#[test]
+fn a_graceful_restart_mid_stream_loses_and_repeats_nothing_and_restores_only_the_tail() {
+    let _serial = serial();
+    let names = Names::new("restart");
+    let accounts = 500;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..total / 2, accounts);
+
+    let dir = temp_dir();
+    let config = names.app("a", dir.path().join("state"), true);
+    let first = App::start(&config, dir.path());
+    first.wait_metric(
+        "streamfold_fold_eligible_events_total",
+        Duration::from_secs(120),
+        |n| n >= (total / 4) as f64,
+    );
+    first.stop();
+    let changelog_records: i64 = names
+        .changelogs()
+        .iter()
+        .map(|t| topic_end_offsets(t))
+        .sum();
+    assert!(
+        changelog_records > accounts as i64,
+        "the first run wrote its state to the changelogs ({changelog_records} records)"
+    );
+
+    let second = App::start(&config, dir.path());
+    produce_range(&producer, &names.source, total / 2..total, accounts);
+    let outputs = read_folded(&names, accounts);
+    assert_exact(&outputs, accounts);
+    // Local state was current: nothing to replay from the changelogs.
+    second.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(10),
+        |n| n == 4.0,
+    );
+    assert_eq!(
+        second.metric("streamfold_restore_records_restored_total"),
+        0.0
+    );
+    let log = second.stop();
+    let restores: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("Restore finished."))
+        .collect();
+    assert_eq!(restores.len(), 4, "{log}");
+    assert!(
+        restores.iter().all(|l| l.contains("restored=0")),
+        "the restart replayed changelog records:\n{log}"
+    );
+}
+
+#[test]
+fn a_second_instance_joining_and_the_first_leaving_mid_stream_changes_nothing() {
+    let _serial = serial();
+    let names = Names::new("rebalance");
+    let accounts = 500;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    let dir = temp_dir();
+
+    let first = App::start(
+        &names.app("a", dir.path().join("state-a"), true),
+        dir.path(),
+    );
+    produce_range(&producer, &names.source, 0..total / 3, accounts);
+    first.wait_metric(
+        "streamfold_fold_eligible_events_total",
+        Duration::from_secs(120),
+        |n| n >= (total / 3) as f64,
+    );
+
+    // A second member joins: some tasks move to it and restore there.
+    let second = App::start(
+        &names.app("b", dir.path().join("state-b"), true),
+        dir.path(),
+    );
+    second.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n >= 1.0,
+    );
+    produce_range(&producer, &names.source, total / 3..2 * total / 3, accounts);
+    second.wait_metric(
+        "streamfold_fold_eligible_events_total",
+        Duration::from_secs(120),
+        |n| n > 0.0,
+    );
+
+    // The first leaves: the second takes every task.
+    first.stop();
+    produce_range(&producer, &names.source, 2 * total / 3..total, accounts);
+    second.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 4.0,
+    );
+    let outputs = read_folded(&names, accounts);
+    assert_exact(&outputs, accounts);
+    assert!(
+        second.metric("streamfold_restore_records_restored_total") > 0.0,
+        "the moved tasks were restored from the changelogs"
+    );
+    second.stop();
+}
+
+#[test]
+fn a_deleted_state_directory_is_rebuilt_from_the_changelogs() {
+    let _serial = serial();
+    let names = Names::new("wipe");
+    let accounts = 300;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..total / 2, accounts);
+    let dir = temp_dir();
+    let state = dir.path().join("state");
+    let config = names.app("a", state.clone(), true);
+
+    let first = App::start(&config, dir.path());
+    first.wait_metric(
+        "streamfold_fold_eligible_events_total",
+        Duration::from_secs(120),
+        |n| n >= (total / 2) as f64,
+    );
+    first.stop();
+    std::fs::remove_dir_all(&state).unwrap();
+
+    let second = App::start(&config, dir.path());
+    produce_range(&producer, &names.source, total / 2..total, accounts);
+    let outputs = read_folded(&names, accounts);
+    assert_exact(&outputs, accounts);
+    // Every open fold came back from the changelog.
+    assert!(second.metric("streamfold_restore_records_restored_total") >= accounts as f64);
+    second.stop();
+}
+
+#[test]
+fn kill_9_at_random_points_loses_nothing_and_only_in_flight_transactions_repeat() {
+    let _serial = serial();
+    let names = Names::new("crash");
+    let accounts = 600;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let dir = temp_dir();
+    let mut config = names.app("a", dir.path().join("state"), true);
+    // The restarted instance takes its member's place at once.
+    config
+        .env
+        .push(("STREAMFOLD_STATIC_MEMBERSHIP".into(), "true".into()));
+
+    // Events keep arriving while the instance is killed and restarted.
+    let source = names.source.clone();
+    let feeder = std::thread::spawn(move || {
+        let producer = TestProducer::new();
+        let chunk = total / 40;
+        for c in 0..40 {
+            produce_range(&producer, &source, c * chunk..(c + 1) * chunk, accounts);
+            std::thread::sleep(Duration::from_millis(400));
+        }
+    });
+    let mut killed_runs: Vec<String> = Vec::new();
+    let mut skipped = 0u64;
+    let mut seed = std::process::id() as u64;
+    for kill in 0..5 {
+        let app = App::start(&config, dir.path());
+        app.wait_metric(
+            "streamfold_runtime_tasks_running",
+            Duration::from_secs(120),
+            |n| n == 4.0,
+        );
+        // A random point while it processes: 200..2200 ms after it starts.
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        std::thread::sleep(Duration::from_millis(200 + (seed >> 33) % 2000));
+        let log = app.kill();
+        skipped += restore_skipped(&log);
+        let ids = run_ids(&log);
+        assert_eq!(ids.len(), 1, "kill {kill}: one run id in the log:\n{log}");
+        killed_runs.extend(ids);
+    }
+    feeder.join().unwrap();
+    let last = App::start(&config, dir.path());
+    let outputs = read_folded(&names, accounts);
+    last.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(60),
+        |n| n == 4.0,
+    );
+
+    // The transaction each killed run had open is its highest sequence
+    // number on any topic it wrote.
+    let mut in_flight: HashSet<String> = HashSet::new();
+    let mut written: Vec<Consumed> = outputs.clone();
+    for changelog in names.changelogs() {
+        written.extend(read_topic(
+            &changelog,
+            0,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        ));
+    }
+    for run in &killed_runs {
+        let last_seq = written
+            .iter()
+            .filter_map(|r| r.header("streamfold.txn"))
+            .filter_map(|t| t.split_once(':'))
+            .filter(|(r, _)| r == run)
+            .filter_map(|(_, s)| s.parse::<u64>().ok())
+            .max();
+        if let Some(seq) = last_seq {
+            in_flight.insert(format!("{run}:{seq}"));
+        }
+    }
+
+    let expected = expected_folds(accounts);
+    let mut duplicates = 0;
+    for (account, records) in by_key(&outputs) {
+        let wanted = &expected[&account];
+        let matching: Vec<&&Consumed> = records.iter().filter(|r| &content(r) == wanted).collect();
+        assert!(
+            !matching.is_empty(),
+            "{account}: no correct folded event among {:?}",
+            records.iter().map(|r| r.json()).collect::<Vec<_>>()
+        );
+        // Beyond one correct copy, every record must come from a
+        // transaction that was open when a process was killed.
+        let extra = records.len() - 1;
+        if extra > 0 {
+            duplicates += extra;
+            let from_in_flight = records
+                .iter()
+                .filter(|r| {
+                    r.header("streamfold.txn")
+                        .is_some_and(|t| in_flight.contains(t))
+                })
+                .count();
+            assert!(
+                from_in_flight >= extra,
+                "{account}: {extra} extra copies but only {from_in_flight} from in-flight transactions {in_flight:?}: {:?}",
+                records
+                    .iter()
+                    .map(|r| (r.header("streamfold.txn"), r.json()))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+    assert_eq!(by_key(&outputs).len(), accounts as usize, "nothing missing");
+    eprintln!(
+        "{} folded events, {duplicates} duplicates from the {} in-flight transactions of {} killed runs; \
+         restores skipped {} changelog records of aborted transactions",
+        outputs.len(),
+        in_flight.len(),
+        killed_runs.len(),
+        skipped + restore_skipped(&last.log_text()),
+    );
+    if broker().strict {
+        assert_eq!(
+            duplicates, 0,
+            "a broker that hides aborted transactions shows no duplicate"
+        );
+    }
+    // Final state: every fold closed.
+    last.wait_metric("streamfold_fold_open_folds", Duration::from_secs(30), |n| {
+        n == 0.0
+    });
+    last.stop();
+}
+
+#[test]
+fn bad_records_go_to_the_dead_letter_topic_and_processing_continues() {
+    let _serial = serial();
+    let names = Names::new("dlq");
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    producer.send(
+        &names.source,
+        Some(b"account_1"),
+        b"{not json",
+        &[("trace", "t-1")],
+    );
+    producer.send_json(
+        &names.source,
+        "account_9",
+        &json!({"post_id": "post_9", "metrics": {"likes": 1}}),
+    );
+    producer.send_json(
+        &names.source,
+        "account_1",
+        &json!({"post_id": "post_1", "account_id": "account_1", "metrics": {"likes": 1}}),
+    );
+    producer.send_json(
+        &names.source,
+        "account_2",
+        &json!({"post_id": "post_2", "account_id": "account_2", "metrics": {"shares": 1}}),
+    );
+    producer.flush();
+    let inputs = read_topic(&names.source, 4, Duration::ZERO, Duration::from_secs(30));
+
+    let dir = temp_dir();
+    let app = App::start(&names.app("a", dir.path().join("state"), false), dir.path());
+    let letters = read_topic(
+        &names.dlq,
+        2,
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+    );
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    let not_json = letters
+        .iter()
+        .find(|l| l.payload.as_deref() == Some(b"{not json"))
+        .expect("the non-JSON record");
+    let origin = inputs
+        .iter()
+        .find(|r| r.payload.as_deref() == Some(b"{not json"))
+        .unwrap();
+    assert_eq!(
+        not_json.header("streamfold.dlq.topic"),
+        Some(names.source.as_str())
+    );
+    assert_eq!(
+        not_json.header("streamfold.dlq.partition"),
+        Some(origin.partition.to_string().as_str())
+    );
+    assert_eq!(
+        not_json.header("streamfold.dlq.offset"),
+        Some(origin.offset.to_string().as_str())
+    );
+    assert_eq!(not_json.header("streamfold.dlq.node"), Some("post_metrics"));
+    assert!(
+        not_json
+            .header("streamfold.dlq.reason")
+            .unwrap()
+            .starts_with("value is not valid JSON"),
+        "{not_json:?}"
+    );
+    assert_eq!(
+        not_json.header("trace"),
+        Some("t-1"),
+        "original headers are kept"
+    );
+    let no_key = letters
+        .iter()
+        .find(|l| l.key.as_deref() == Some("account_9"))
+        .expect("the record without account_id");
+    assert_eq!(no_key.header("streamfold.dlq.node"), Some("fold_account"));
+    assert_eq!(
+        no_key.header("streamfold.dlq.reason"),
+        Some("key field /account_id is missing or null")
+    );
+    assert_eq!(no_key.header("streamfold.dlq.class"), Some("record"));
+
+    // The good records after them were folded.
+    let outputs = read_topic(
+        &names.folded,
+        2,
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+    );
+    let keys: BTreeSet<String> = outputs.iter().filter_map(|r| r.key.clone()).collect();
+    assert_eq!(
+        keys,
+        BTreeSet::from(["account_1".to_string(), "account_2".to_string()])
+    );
+    assert_eq!(
+        app.metric("streamfold_node_dead_letters_total"),
+        1.0,
+        "the fold counted its dead letter"
+    );
+    app.stop();
+}
+
+/// `streamfold run` with `args`, expecting a quick failure; returns stderr.
+fn run_expecting_failure(env: &[(String, String)], bootstrap: &str) -> (String, Duration) {
+    let dir = temp_dir();
+    let started = std::time::Instant::now();
+    let output = std::process::Command::new(streamfold_binary())
+        .arg("run")
+        .arg(repo().join("topologies/social-metrics.yaml"))
+        .arg("--bootstrap-servers")
+        .arg(bootstrap)
+        .arg("--state-dir")
+        .arg(dir.path())
+        .envs(env.iter().cloned())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    (
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[test]
+fn an_unreachable_broker_or_a_missing_source_topic_fails_fast_and_says_so() {
+    let _serial = serial();
+    let names = Names::new("startup");
+    let (stderr, took) =
+        run_expecting_failure(&names.env(false), &format!("127.0.0.1:{}", free_port()));
+    assert!(
+        stderr.contains("cannot reach Kafka at 127.0.0.1:"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let (stderr, took) = run_expecting_failure(&names.env(false), &broker().bootstrap);
+    assert!(
+        stderr.contains(&format!(
+            "source topic `{}` (source `post_metrics`) does not exist",
+            names.source
+        )),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}

@@ -1,0 +1,549 @@
+//! Shared helpers for the integration tests against a real broker.
+//!
+//! - One broker per test binary: nisshi 0.7.0 on a free port (installed by
+//!   `scripts/install-nisshi.sh`), or the broker in
+//!   `STREAMFOLD_TEST_BOOTSTRAP` (Apache Kafka from docker compose), in
+//!   which case exactly-once checks are strict: a broker that hides aborted
+//!   transactions must show no duplicate at all.
+//! - Random topic and application names per test.
+//! - Producing and reading (read_committed) with rdkafka.
+//! - `streamfold run` as a child process of the real binary, with its
+//!   metrics scraped over HTTP.
+//!
+//! Tests in one binary run one at a time ([`serial`]): each starts
+//! processes that compete for the machine's two cores.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+pub struct Broker {
+    pub bootstrap: String,
+    /// Whether the broker hides records of aborted transactions from
+    /// read_committed consumers (Apache Kafka does; nisshi 0.7.0 does not).
+    pub strict: bool,
+    _child: Option<Child>,
+}
+
+static BROKER: OnceLock<Broker> = OnceLock::new();
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs tests of one binary one at a time.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn nisshi_binary() -> PathBuf {
+    let home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo")
+        });
+    let installed = home.join("bin/nisshi");
+    if installed.exists() {
+        installed
+    } else {
+        PathBuf::from("nisshi")
+    }
+}
+
+/// The broker of this test binary, started on first use.
+pub fn broker() -> &'static Broker {
+    BROKER.get_or_init(|| {
+        if let Ok(bootstrap) = std::env::var("STREAMFOLD_TEST_BOOTSTRAP") {
+            return Broker {
+                bootstrap,
+                strict: true,
+                _child: None,
+            };
+        }
+        let port = free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        // A watchdog shell stops the broker when this test process ends,
+        // however it ends.
+        let script = format!(
+            "{nisshi} broker --listener-url {url} --advertised-listener-url {url} \
+             --storage-engine memory://nisshi/ --group-initial-rebalance-delay 0s --silent & \
+             child=$!; while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill $child",
+            nisshi = nisshi_binary().display(),
+            parent = std::process::id(),
+        );
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nisshi starts (run scripts/install-nisshi.sh)");
+        let bootstrap = format!("127.0.0.1:{port}");
+        wait_for_broker(&bootstrap);
+        Broker {
+            bootstrap,
+            strict: false,
+            _child: Some(child),
+        }
+    })
+}
+
+fn wait_for_broker(bootstrap: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if TcpStream::connect(bootstrap).is_ok() {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", bootstrap)
+                .create()
+                .unwrap();
+            if consumer
+                .fetch_metadata(None, Duration::from_secs(2))
+                .is_ok()
+            {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the test broker at {bootstrap} did not answer within 30s");
+}
+
+/// A name unique to this run: `prefix-<random>`.
+pub fn unique(prefix: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos() ^ u128::from(std::process::id()));
+    format!("{prefix}-{:08x}", h.finish() as u32)
+}
+
+pub fn create_topic(name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .create()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let results = runtime
+        .block_on(admin.create_topics(
+            &[NewTopic::new(name, partitions, TopicReplication::Fixed(-1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        ))
+        .unwrap();
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((n, code)) => panic!("cannot create {n}: {code}"),
+        }
+    }
+}
+
+/// A producer with the Java client's partitioner.
+pub struct TestProducer {
+    inner: BaseProducer,
+}
+
+impl TestProducer {
+    pub fn new() -> TestProducer {
+        TestProducer {
+            inner: ClientConfig::new()
+                .set("bootstrap.servers", &broker().bootstrap)
+                .set("partitioner", "murmur2_random")
+                .set("linger.ms", "10")
+                .set("enable.idempotence", "true")
+                .create()
+                .unwrap(),
+        }
+    }
+
+    pub fn send(&self, topic: &str, key: Option<&[u8]>, payload: &[u8], headers: &[(&str, &str)]) {
+        let mut owned = OwnedHeaders::new();
+        for (k, v) in headers {
+            owned = owned.insert(Header {
+                key: k,
+                value: Some(v.as_bytes()),
+            });
+        }
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+            .payload(payload)
+            .headers(owned);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        loop {
+            match self.inner.send(record) {
+                Ok(()) => return,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    self.inner.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => panic!("produce failed: {e}"),
+            }
+        }
+    }
+
+    pub fn send_json(&self, topic: &str, key: &str, value: &serde_json::Value) {
+        self.send(
+            topic,
+            Some(key.as_bytes()),
+            &serde_json::to_vec(value).unwrap(),
+            &[],
+        );
+    }
+
+    pub fn flush(&self) {
+        self.inner.flush(Duration::from_secs(60)).unwrap();
+    }
+}
+
+/// A record as a read_committed consumer sees it.
+#[derive(Clone, Debug)]
+pub struct Consumed {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: Option<i64>,
+    pub key: Option<String>,
+    pub payload: Option<Vec<u8>>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Consumed {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(self.payload.as_deref().unwrap_or(b"null")).unwrap()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads every partition of `topic` from the beginning (read_committed)
+/// until `want` records arrived and then `settle` passed without more, or
+/// `timeout` passed.
+pub fn read_topic(topic: &str, want: usize, settle: Duration, timeout: Duration) -> Vec<Consumed> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let deadline = Instant::now() + timeout;
+    // The topic may not exist yet (the app creates its outputs).
+    let partitions = loop {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .unwrap();
+        let n = metadata
+            .topics()
+            .first()
+            .map_or(0, |t| t.partitions().len());
+        if n > 0 || Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition_offset(topic, p as i32, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&list).unwrap();
+    let mut out = Vec::new();
+    let mut last = Instant::now();
+    while Instant::now() < deadline {
+        if out.len() >= want && last.elapsed() >= settle {
+            break;
+        }
+        let Some(message) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        let message = message.unwrap();
+        last = Instant::now();
+        let headers = message
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_string(),
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(Consumed {
+            topic: message.topic().to_string(),
+            partition: message.partition(),
+            offset: message.offset(),
+            timestamp: message.timestamp().to_millis(),
+            key: message
+                .key()
+                .map(|k| String::from_utf8_lossy(k).into_owned()),
+            payload: message.payload().map(<[u8]>::to_vec),
+            headers,
+        });
+    }
+    out
+}
+
+/// Total records in `topic` (high watermarks), counting markers too.
+pub fn topic_end_offsets(topic: &str) -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let partitions = metadata
+        .topics()
+        .first()
+        .map_or(0, |t| t.partitions().len());
+    (0..partitions)
+        .map(|p| {
+            consumer
+                .fetch_watermarks(topic, p as i32, Duration::from_secs(10))
+                .unwrap()
+                .1
+        })
+        .sum()
+}
+
+/// `streamfold run` as a child process.
+pub struct App {
+    child: Option<Child>,
+    pub metrics_port: u16,
+    pub log: PathBuf,
+}
+
+/// How to start an [`App`].
+#[derive(Clone, Debug)]
+pub struct AppConfig {
+    pub topology: PathBuf,
+    pub instance: String,
+    pub state_dir: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub txn_header: bool,
+}
+
+pub fn streamfold_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_streamfold"))
+}
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+impl App {
+    pub fn start(config: &AppConfig, log_dir: &Path) -> App {
+        let metrics_port = free_port();
+        let log = log_dir.join(format!("{}-{}.log", config.instance, unique("run")));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut command = Command::new(streamfold_binary());
+        command
+            .arg("run")
+            .arg(&config.topology)
+            .arg("--bootstrap-servers")
+            .arg(&broker().bootstrap)
+            .arg("--instance-id")
+            .arg(&config.instance)
+            .arg("--state-dir")
+            .arg(&config.state_dir)
+            .arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .env("RUST_LOG", "warn,streamfold=info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(file.try_clone().unwrap());
+        if config.txn_header {
+            command.arg("--txn-header");
+        }
+        for (k, v) in &config.env {
+            command.env(k, v);
+        }
+        let child = command.spawn().expect("streamfold starts");
+        App {
+            child: Some(child),
+            metrics_port,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Prometheus text from `/metrics`, or empty while it is not up.
+    pub fn metrics_text(&self) -> String {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.metrics_port)) else {
+            return String::new();
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+        let mut body = String::new();
+        let _ = stream.read_to_string(&mut body);
+        body.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default()
+    }
+
+    /// Sum of a metric over its label sets (0 when absent).
+    pub fn metric(&self, name: &str) -> f64 {
+        parse_metric(&self.metrics_text(), name)
+    }
+
+    /// Waits until `condition` holds on the metric `name`.
+    pub fn wait_metric(
+        &self,
+        name: &str,
+        timeout: Duration,
+        condition: impl Fn(f64) -> bool,
+    ) -> f64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let value = self.metric(name);
+            if condition(value) {
+                return value;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "metric {name} = {value} did not reach the expected value within {timeout:?}; log:\n{}",
+                    self.log_text()
+                );
+            }
+            self.assert_running();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn assert_running(&self) {
+        if let Some(child) = &self.child {
+            // `try_wait` needs `&mut`; check /proc instead.
+            let alive = Path::new(&format!("/proc/{}", child.id())).exists()
+                && !std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
+                    .unwrap_or_default()
+                    .contains(") Z ");
+            assert!(alive, "streamfold exited early; log:\n{}", self.log_text());
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    pub fn stop(mut self) -> String {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "TERM");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    assert!(
+                        status.success(),
+                        "streamfold exited with {status} after SIGTERM; log:\n{}",
+                        self.log_text()
+                    );
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "streamfold did not stop within 60s; log:\n{}",
+                    self.log_text()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.log_text()
+    }
+
+    /// SIGKILL: no commit, no goodbye.
+    pub fn kill(mut self) -> String {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "KILL");
+            let _ = child.wait();
+        }
+        self.log_text()
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// Sum of the samples of `name` in Prometheus text.
+pub fn parse_metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let metric = series.split('{').next()?;
+            (metric == name)
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// The run id a streamfold log announced at startup.
+pub fn run_ids(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| l.split("run=").nth(1))
+        .map(|rest| {
+            rest.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Per key: the values that arrived, in order.
+pub fn by_key(records: &[Consumed]) -> BTreeMap<String, Vec<&Consumed>> {
+    let mut out: BTreeMap<String, Vec<&Consumed>> = BTreeMap::new();
+    for r in records {
+        out.entry(r.key.clone().unwrap_or_default())
+            .or_default()
+            .push(r);
+    }
+    out
+}
