@@ -4,7 +4,7 @@
 # ones: on a machine that has them this does nothing.
 set -euo pipefail
 
-packages=(libclang-dev clang libssl-dev pkg-config g++ make)
+packages=(libclang-dev clang libssl-dev pkg-config g++ make curl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
