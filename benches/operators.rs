@@ -1,0 +1,251 @@
+//! Each operator on the in-memory store, driven through a task as the
+//! runtime drives it: 100,000 decoded records per iteration (JSON parsing
+//! is left out to isolate the operator), state committed every 5,000
+//! records, the wall clock moving 1 ms per record with processing timers
+//! fired every 100 records (a 100 ms punctuation).
+//!
+//! `cargo bench --bench operators`
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use streamfold::record::{Origin, Record};
+use streamfold::runtime::task::{Routing, Task};
+use streamfold::state::memory::MemoryBackend;
+use streamfold::state::timers::Clock;
+use streamfold::topology::{self, Topology};
+
+const RECORDS: usize = 100_000;
+const KEYS: usize = 1_000;
+const COMMIT_EVERY: usize = 5_000;
+const TICK_EVERY: usize = 100;
+
+fn topology(nodes: &str, input: &str) -> Arc<Topology> {
+    let text = format!(
+        "
+name: bench
+kafka: {{ bootstrap_servers: 'unused:9092' }}
+sources:
+  events: {{ topic: events }}
+  reads: {{ topic: reads }}
+nodes:
+{nodes}
+sinks:
+  out: {{ topic: out, input: {input} }}
+"
+    );
+    Arc::new(topology::load_str("bench.yaml", &text, &|_| None).unwrap())
+}
+
+fn task(topology: &Arc<Topology>) -> Task {
+    let stores = topology.stores().count();
+    let mut task = Task::new(
+        Arc::clone(topology),
+        Box::new(MemoryBackend::new(stores)),
+        Routing::Direct,
+    )
+    .unwrap();
+    task.start().unwrap();
+    task
+}
+
+/// Records as (key, value, timestamp), fed to source 0.
+type Workload = Vec<(Vec<u8>, Value, i64)>;
+
+fn run(task: &mut Task, workload: Workload) -> usize {
+    let mut outputs = Vec::with_capacity(1024);
+    let mut emitted = 0;
+    for (i, (key, value, timestamp)) in workload.into_iter().enumerate() {
+        let origin = Origin {
+            topic: "events",
+            partition: 0,
+            offset: i as i64,
+            key: Some(&key),
+            payload: None,
+            headers: &[],
+        };
+        let record = Record::new(Some(key.clone().into_boxed_slice()), value, timestamp);
+        task.process_source(0, &origin, Ok(record), &mut outputs)
+            .unwrap();
+        if i % TICK_EVERY == TICK_EVERY - 1 {
+            task.set_processing_time(i as i64 + 1);
+            task.fire_timers(Clock::Processing, &mut outputs).unwrap();
+        }
+        if i % COMMIT_EVERY == COMMIT_EVERY - 1 {
+            emitted += outputs.len();
+            outputs.clear();
+            let state = task.state();
+            let entries = state.changelog().unwrap();
+            state.committed(entries, &[]).unwrap();
+        }
+    }
+    emitted + outputs.len()
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("key-{}", (i * 7919) % KEYS).into_bytes()
+}
+
+/// 10% of the events are re-deliveries of an earlier one.
+fn dedup_workload() -> Workload {
+    (0..RECORDS)
+        .map(|i| {
+            let id = if i % 10 == 9 { i - 5 } else { i };
+            (
+                key(id),
+                json!({"event_id": format!("evt-{id}"), "n": i}),
+                i as i64,
+            )
+        })
+        .collect()
+}
+
+/// Per key, versions grow; every 8th update of a key is stale.
+fn ordered_workload() -> Workload {
+    (0..RECORDS)
+        .map(|i| {
+            // A key's n-th update is record n * KEYS + its slot.
+            let version = if (i / KEYS) % 8 == 7 { i - 2 * KEYS } else { i };
+            (
+                key(i),
+                json!({"version": version, "total": i % 97, "writer": "w1"}),
+                i as i64,
+            )
+        })
+        .collect()
+}
+
+/// Question events per entity, one in 10 arriving after later ones.
+fn projection_workload() -> Workload {
+    const NAMES: [&str; 3] = ["QuestionEdited", "AnswerAdded", "AnswerAdded"];
+    (0..RECORDS)
+        .map(|i| {
+            // Every 10th event of an entity is 3 events late.
+            let late_by = if (i / KEYS) % 10 == 9 { 3 * KEYS as i64 } else { 0 };
+            let sequence = i as i64 - late_by;
+            let name = if i < KEYS {
+                "QuestionCreated"
+            } else {
+                NAMES[i % 3]
+            };
+            (
+                key(i),
+                json!({"event_id": format!("e{i}"), "type": name, "sequence": sequence, "title": format!("t{}", i % 13)}),
+                i as i64,
+            )
+        })
+        .collect()
+}
+
+/// Counter writes over 1,000 counters, 5% retried; event time = wall time.
+fn rollup_workload() -> Workload {
+    (0..RECORDS)
+        .map(|i| {
+            let token = if i % 20 == 19 { i - 1 } else { i };
+            let at = token as i64;
+            (
+                key(token),
+                json!({"token": format!("t{token}"), "delta": (token % 5) as i64 + 1}),
+                at,
+            )
+        })
+        .collect()
+}
+
+/// Feed events of mixed types for the stateless operators.
+fn stateless_workload() -> Workload {
+    const TYPES: [&str; 4] = [
+        "QuestionCreated",
+        "AnswerAdded",
+        "ThanksForAnswerGiven",
+        "QuestionViewed",
+    ];
+    (0..RECORDS)
+        .map(|i| {
+            (
+                key(i),
+                json!({"type": TYPES[i % 4], "question_id": format!("q{}", i % KEYS), "amount": i % 1000, "tags": ["rust", "kafka"]}),
+                i as i64,
+            )
+        })
+        .collect()
+}
+
+fn operators(c: &mut Criterion) {
+    let cases: Vec<(&str, Arc<Topology>, Workload)> = vec![
+        (
+            "dedup",
+            topology(
+                "  dedup:\n    type: dedup\n    input: events\n    id_field: /event_id\n    retention: 1h\n",
+                "dedup",
+            ),
+            dedup_workload(),
+        ),
+        (
+            "ordered",
+            topology(
+                "  ordered:\n    type: ordered\n    input: events\n    order_by: /version\n    tie_break: /writer\n    lamport_field: lamport\n",
+                "ordered",
+            ),
+            ordered_workload(),
+        ),
+        (
+            "projection",
+            topology(
+                "  projection:\n    type: projection\n    input: events\n    event_id: /event_id\n    event_name: /type\n    order_by: /sequence\n    snapshot_every: 50\n    rules:\n      QuestionCreated: '. + {title: $event.title, answers: 0}'\n      QuestionEdited: '.title = $event.title'\n      AnswerAdded: '.answers += 1'\n",
+                "projection",
+            ),
+            projection_workload(),
+        ),
+        (
+            "rollup",
+            topology(
+                "  rollup:\n    type: rollup\n    input: [events, reads]\n    token: /token\n    delta: /delta\n    coalesce: 10s\n    accept_limit: 5s\n    batch_size: 256\n",
+                "rollup",
+            ),
+            rollup_workload(),
+        ),
+        (
+            "filter",
+            topology(
+                "  filter:\n    type: filter\n    input: events\n    condition: '.type == \"QuestionCreated\" or .amount > 500'\n",
+                "filter",
+            ),
+            stateless_workload(),
+        ),
+        (
+            "map",
+            topology(
+                "  map:\n    type: map\n    input: events\n    expression: '{question_id, kind: .type, cents: (.amount * 100)}'\n",
+                "map",
+            ),
+            stateless_workload(),
+        ),
+        (
+            "route",
+            topology(
+                "  route:\n    type: route\n    input: events\n    routes:\n      questions: '.type | startswith(\"Question\")'\n      answers: '.type == \"AnswerAdded\"'\n",
+                "[route.questions, route.answers, route]",
+            ),
+            stateless_workload(),
+        ),
+    ];
+    let mut group = c.benchmark_group("operators");
+    group.throughput(Throughput::Elements(RECORDS as u64));
+    group.sample_size(10);
+    for (name, topology, workload) in cases {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || (task(&topology), workload.clone()),
+                |(mut task, workload)| black_box(run(&mut task, workload)),
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, operators);
+criterion_main!(benches);
