@@ -152,8 +152,9 @@ impl RegistryClient {
         for url in rest {
             builder.add_url(url.clone());
         }
-        if let Some(username) = &config.username {
-            builder.set_basic_authorization(username, config.password.as_deref());
+        if let Some(username) = config.username.as_deref().filter(|u| !u.is_empty()) {
+            let password = config.password.as_deref().filter(|p| !p.is_empty());
+            builder.set_basic_authorization(username, password);
         }
         builder.set_timeout(CALL_TIMEOUT);
         let settings = builder.build().map_err(|e| RegistryError::Client {

@@ -27,6 +27,7 @@
 //! step, so state goes through its encoding exactly as in production.
 
 mod diff;
+pub mod registry;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -997,7 +997,8 @@ impl Loader {
                     );
                 }
             }
-            if registry.password.is_some() && registry.username.is_none() {
+            let set = |field: &Option<String>| field.as_deref().is_some_and(|v| !v.is_empty());
+            if set(&registry.password) && !set(&registry.username) {
                 self.error_at(&field("password"), "`password` needs `username`".into());
             }
         }

@@ -78,7 +78,9 @@ pub struct SchemaRegistryConfig {
     /// Base URL, such as `http://schema-registry:8081`. Several URLs,
     /// comma-separated, are tried in order.
     pub url: String,
-    /// Basic-auth user name (on Confluent Cloud, the API key).
+    /// Basic-auth user name (on Confluent Cloud, the API key). Empty means
+    /// no authentication, so `${SCHEMA_REGISTRY_USERNAME:-}` may leave it
+    /// unset.
     #[serde(default)]
     pub username: Option<String>,
     /// Basic-auth password (on Confluent Cloud, the API secret). Requires
