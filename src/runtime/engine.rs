@@ -297,6 +297,10 @@ struct Engine {
     txn: Transactions,
     restorer: Restorer,
     outputs: Vec<Output>,
+    /// Records consumed since the last metrics update and since the last
+    /// commit.
+    consumed_unreported: u64,
+    consumed_uncommitted: u64,
     now: i64,
     last_commit: Instant,
     next_punctuation: Instant,
@@ -368,6 +372,8 @@ impl Engine {
             txn,
             restorer,
             outputs: Vec::with_capacity(64),
+            consumed_unreported: 0,
+            consumed_uncommitted: 0,
             now: wall_clock_ms(),
             last_commit: now,
             next_punctuation: now,
@@ -644,6 +650,8 @@ impl Engine {
             source,
         })?;
         slot.positions[input] = Some(message.offset() + 1);
+        self.consumed_unreported += 1;
+        self.consumed_uncommitted += 1;
         let produced = self.produce(&mut outputs, Some(&origin));
         self.outputs = outputs;
         produced
@@ -757,6 +765,10 @@ impl Engine {
             && now.duration_since(self.last_commit) >= self.topology.processing.commit_interval().0
         {
             self.commit(consumer)?;
+        }
+        if self.consumed_unreported > 0 {
+            metrics::counter!(telemetry::RECORDS_CONSUMED, "topology" => self.topology.name.clone())
+                .increment(std::mem::take(&mut self.consumed_unreported));
         }
         if now >= self.next_metrics {
             self.next_metrics = now + Duration::from_secs(1);
@@ -873,6 +885,8 @@ impl Engine {
                     slot.committed = slot.positions.clone();
                 }
                 self.last_commit = Instant::now();
+                metrics::counter!(telemetry::RECORDS_COMMITTED, "topology" => self.topology.name.clone())
+                    .increment(std::mem::take(&mut self.consumed_uncommitted));
                 Ok(())
             }
             Err(CommitError::Aborted(reason)) => {
@@ -885,6 +899,8 @@ impl Engine {
 
     fn abort(&mut self, consumer: &BaseConsumer<EngineContext>) -> Result<(), RuntimeError> {
         self.txn.abort().map_err(RuntimeError::Commit)?;
+        // They will be consumed again.
+        self.consumed_uncommitted = 0;
         let reset = match self.topology.sources[0].config.offset_reset {
             OffsetReset::Earliest => Offset::Beginning,
             OffsetReset::Latest => Offset::End,

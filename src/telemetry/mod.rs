@@ -236,5 +236,10 @@ pub const RESTORE_SKIPPED: &str = "streamfold_restore_records_skipped_total";
 pub const RESTORE_REMAINING: &str = "streamfold_restore_records_remaining";
 /// Consumer lag per input partition, from librdkafka statistics.
 pub const CONSUMER_LAG: &str = "streamfold_consumer_lag_records";
+/// Input records consumed.
+pub const RECORDS_CONSUMED: &str = "streamfold_runtime_records_consumed_total";
+/// Input records whose offsets were committed (with their outputs, under
+/// exactly-once).
+pub const RECORDS_COMMITTED: &str = "streamfold_runtime_records_committed_total";
 /// Tasks currently running (restored and processing).
 pub const TASKS_RUNNING: &str = "streamfold_runtime_tasks_running";

@@ -1,0 +1,337 @@
+//! End-to-end benchmark: streamfold's social-metrics topology against a
+//! bare consumer, on the same topic, broker and machine.
+//!
+//! ```text
+//! cargo bench --bench e2e -- [--events N] [--accounts A] [--partitions P] [--repeat R]
+//! ```
+//!
+//! 1. Produces N post-metric events (default 1,000,000) over A accounts
+//!    (1,000), keyed by account, to a topic with P partitions (4) on a
+//!    nisshi broker started for the run (or `STREAMFOLD_TEST_BOOTSTRAP`).
+//! 2. Bare consumer: `streamfold-loadgen bare-consume` reads the topic with
+//!    `assign()` (no group join), timed from its first record to its last.
+//! 3. streamfold, under exactly_once then at_least_once, each run a fresh
+//!    application (group, state): timed from its first record consumed to
+//!    its last record committed (both from its metrics, sampled every
+//!    25 ms), so the group join is excluded. Peak RSS from /proc (VmHWM).
+//! 4. Latency: with streamfold running (exactly_once), bursts of 100
+//!    events for one account (a fold closes at its 100th event) are sent
+//!    every 20 ms; latency is from the burst's last event (its timestamp,
+//!    the folded event's `last_event_at`) to the folded event reaching a
+//!    read_committed consumer.
+//!
+//! Every measurement is repeated R times (3); the medians are printed as a
+//! Markdown table, with streamfold's rate as a ratio of the bare rate.
+//!
+//! Under `cargo test` (no `--bench` argument) it runs once on 20,000
+//! events as a smoke test of the harness itself; its figures mean nothing.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::Message;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use serde_json::{Value, json};
+use support::*;
+
+struct Options {
+    events: u64,
+    accounts: u64,
+    partitions: i32,
+    repeat: usize,
+    bursts: usize,
+}
+
+fn options() -> Options {
+    let args: Vec<String> = std::env::args().collect();
+    let benchmarking = args.iter().any(|a| a == "--bench");
+    let mut o = if benchmarking {
+        Options {
+            events: 1_000_000,
+            accounts: 1_000,
+            partitions: 4,
+            repeat: 3,
+            bursts: 200,
+        }
+    } else {
+        Options {
+            events: 20_000,
+            accounts: 100,
+            partitions: 4,
+            repeat: 1,
+            bursts: 10,
+        }
+    };
+    let mut i = 1;
+    while i < args.len() {
+        let value = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--events" => o.events = value.parse().expect("--events N"),
+            "--accounts" => o.accounts = value.parse().expect("--accounts N"),
+            "--partitions" => o.partitions = value.parse().expect("--partitions N"),
+            "--repeat" => o.repeat = value.parse().expect("--repeat N"),
+            // cargo passes `--bench`; ignore what is not ours.
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    o
+}
+
+fn loadgen() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_streamfold-loadgen"));
+    command.arg("--bootstrap-servers").arg(&broker().bootstrap);
+    command
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn app_config(topic: &str, guarantee: &str, dir: &std::path::Path) -> (AppConfig, String) {
+    let app = unique("bench");
+    let folded = unique("bench-folded");
+    let config = AppConfig {
+        topology: repo().join("topologies/social-metrics.yaml"),
+        instance: "bench".into(),
+        state_dir: dir.join(&app),
+        env: vec![
+            ("STREAMFOLD_APP".into(), app),
+            ("POST_METRICS_TOPIC".into(), topic.to_string()),
+            ("FOLDED_TOPIC".into(), folded.clone()),
+            ("DEAD_LETTER_TOPIC".into(), unique("bench-dlq")),
+            ("STREAMFOLD_GUARANTEE".into(), guarantee.into()),
+        ],
+        txn_header: false,
+    };
+    (config, folded)
+}
+
+fn peak_rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// One streamfold run over the whole topic: (records/s, peak RSS MiB).
+fn streamfold_run(topic: &str, events: u64, guarantee: &str, dir: &std::path::Path) -> (f64, f64) {
+    let (config, _) = app_config(topic, guarantee, dir);
+    let app = App::start(&config, dir);
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    let mut first: Option<Instant> = None;
+    let end = loop {
+        let text = app.metrics_text();
+        let now = Instant::now();
+        if first.is_none() && parse_metric(&text, "streamfold_runtime_records_consumed_total") > 0.0
+        {
+            first = Some(now);
+        }
+        if parse_metric(&text, "streamfold_runtime_records_committed_total") >= events as f64 {
+            break now;
+        }
+        assert!(
+            now < deadline,
+            "streamfold did not finish; log:\n{}",
+            app.log_text()
+        );
+        app.assert_running();
+        std::thread::sleep(Duration::from_millis(25));
+    };
+    let rss = peak_rss_mib(app.pid());
+    let seconds = end
+        .duration_since(first.expect("a first record"))
+        .as_secs_f64();
+    app.stop();
+    (events as f64 / seconds, rss)
+}
+
+/// Latencies in ms from a burst's last event to its folded event.
+fn latencies(bursts: usize, dir: &std::path::Path) -> Vec<f64> {
+    let topic = unique("bench-latency");
+    create_topic(&topic, 4);
+    let (config, folded) = app_config(&topic, "exactly_once", dir);
+    let app = App::start(&config, dir);
+    app.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 4.0,
+    );
+
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .set("group.id", unique("bench-reader"))
+        .set("isolation.level", "read_committed")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .unwrap();
+    // The sink topic is created by streamfold at startup.
+    let mut list = TopicPartitionList::new();
+    for p in 0..4 {
+        list.add_partition_offset(&folded, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&list).unwrap();
+
+    let producer_topic = topic.clone();
+    let sender = std::thread::spawn(move || {
+        let producer = TestProducer::new();
+        for b in 0..bursts {
+            let account = format!("latency_{b}");
+            for i in 0..100 {
+                producer.send_json(
+                    &producer_topic,
+                    &account,
+                    &json!({"post_id": format!("post_{i}"), "account_id": account, "metrics": {"likes": i}}),
+                );
+            }
+            producer.flush();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let mut out = Vec::with_capacity(bursts);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while out.len() < bursts && Instant::now() < deadline {
+        let Some(Ok(message)) = consumer.poll(Duration::from_millis(50)) else {
+            continue;
+        };
+        let received = now_ms();
+        let value: Value =
+            serde_json::from_slice(message.payload().unwrap_or_default()).unwrap_or_default();
+        let last = value["last_event_at"]
+            .as_str()
+            .and_then(|s| humantime::parse_rfc3339_weak(s).ok())
+            .map(|t| t.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64);
+        if let Some(last) = last {
+            out.push((received - last) as f64);
+        }
+    }
+    sender.join().unwrap();
+    app.stop();
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+fn main() {
+    let o = options();
+    let dir = tempfile::Builder::new()
+        .prefix("streamfold-bench-")
+        .tempdir()
+        .unwrap();
+    eprintln!("broker {}", broker().bootstrap);
+
+    let topic = unique("bench-posts");
+    create_topic(&topic, o.partitions);
+    let produced = loadgen()
+        .args([
+            "produce",
+            "--topic",
+            &topic,
+            "--partitions",
+            &o.partitions.to_string(),
+        ])
+        .args([
+            "--events",
+            &o.events.to_string(),
+            "--accounts",
+            &o.accounts.to_string(),
+        ])
+        .status()
+        .unwrap();
+    assert!(produced.success());
+
+    let mut bare = Vec::new();
+    for run in 0..o.repeat {
+        let output = loadgen()
+            .args([
+                "bare-consume",
+                "--topic",
+                &topic,
+                "--expect",
+                &o.events.to_string(),
+            ])
+            .output()
+            .unwrap();
+        let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let rate = result["rate"].as_f64().unwrap();
+        eprintln!(
+            "bare consumer run {run}: {rate:.0} records/s over {:.1}s",
+            result["seconds"]
+        );
+        bare.push(rate);
+    }
+
+    let mut results = Vec::new();
+    for guarantee in ["exactly_once", "at_least_once"] {
+        let mut rates = Vec::new();
+        let mut rss = Vec::new();
+        for run in 0..o.repeat {
+            let (rate, peak) = streamfold_run(&topic, o.events, guarantee, dir.path());
+            eprintln!(
+                "streamfold {guarantee} run {run}: {rate:.0} records/s ({:.1}s), peak RSS {peak:.0} MiB",
+                o.events as f64 / rate
+            );
+            rates.push(rate);
+            rss.push(peak);
+        }
+        results.push((guarantee, median(&mut rates), median(&mut rss)));
+    }
+
+    let mut p50 = Vec::new();
+    let mut p99 = Vec::new();
+    for run in 0..o.repeat {
+        let l = latencies(o.bursts, dir.path());
+        assert_eq!(l.len(), o.bursts, "every burst was folded");
+        eprintln!(
+            "latency run {run}: {} folds, p50 {:.0} ms, p99 {:.0} ms",
+            l.len(),
+            percentile(&l, 0.5),
+            percentile(&l, 0.99)
+        );
+        p50.push(percentile(&l, 0.5));
+        p99.push(percentile(&l, 0.99));
+    }
+
+    let bare = median(&mut bare);
+    println!(
+        "\n{} events over {} accounts, {} partitions; medians of {} runs\n",
+        o.events, o.accounts, o.partitions, o.repeat
+    );
+    println!("| run | records/s | vs bare consumer | peak RSS |");
+    println!("|---|---|---|---|");
+    println!("| bare rdkafka consumer (assign, no group) | {bare:.0} | 100% | |");
+    for (guarantee, rate, rss) in &results {
+        println!(
+            "| streamfold social-metrics, {guarantee} | {rate:.0} | {:.0}% | {rss:.0} MiB |",
+            100.0 * rate / bare
+        );
+    }
+    println!(
+        "\nlatency, last event of a burst to its folded event (exactly_once, read_committed): p50 {:.0} ms, p99 {:.0} ms",
+        median(&mut p50),
+        median(&mut p99)
+    );
+}
