@@ -644,13 +644,18 @@ fn bad_records_go_to_the_dead_letter_topic_and_processing_continues() {
     app.stop();
 }
 
-/// `streamfold run` with `args`, expecting a quick failure; returns stderr.
-fn run_expecting_failure(env: &[(String, String)], bootstrap: &str) -> (String, Duration) {
+/// `streamfold run` on `topology`, expecting a quick failure; returns
+/// stderr and how long it took.
+fn run_expecting_failure(
+    topology: &std::path::Path,
+    env: &[(String, String)],
+    bootstrap: &str,
+) -> (String, Duration) {
     let dir = temp_dir();
     let started = std::time::Instant::now();
     let output = std::process::Command::new(streamfold_binary())
         .arg("run")
-        .arg(repo().join("topologies/social-metrics.yaml"))
+        .arg(topology)
         .arg("--bootstrap-servers")
         .arg(bootstrap)
         .arg("--state-dir")
@@ -670,8 +675,12 @@ fn run_expecting_failure(env: &[(String, String)], bootstrap: &str) -> (String, 
 fn an_unreachable_broker_or_a_missing_source_topic_fails_fast_and_says_so() {
     let _serial = serial();
     let names = Names::new("startup");
-    let (stderr, took) =
-        run_expecting_failure(&names.env(false), &format!("127.0.0.1:{}", free_port()));
+    let topology = repo().join("topologies/social-metrics.yaml");
+    let (stderr, took) = run_expecting_failure(
+        &topology,
+        &names.env(false),
+        &format!("127.0.0.1:{}", free_port()),
+    );
     assert!(
         stderr.contains("cannot reach Kafka at 127.0.0.1:"),
         "{stderr}"
@@ -679,7 +688,7 @@ fn an_unreachable_broker_or_a_missing_source_topic_fails_fast_and_says_so() {
     assert!(took < Duration::from_secs(30), "took {took:?}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 
-    let (stderr, took) = run_expecting_failure(&names.env(false), &broker().bootstrap);
+    let (stderr, took) = run_expecting_failure(&topology, &names.env(false), &broker().bootstrap);
     assert!(
         stderr.contains(&format!(
             "source topic `{}` (source `post_metrics`) does not exist",
@@ -688,4 +697,70 @@ fn an_unreachable_broker_or_a_missing_source_topic_fails_fast_and_says_so() {
         "{stderr}"
     );
     assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+#[test]
+fn a_missing_sink_topic_or_unequal_source_partitions_stop_startup_with_the_topics_named() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let names = Names::new("sinks");
+    create_topic(&names.source, 4);
+    let original = std::fs::read_to_string(repo().join("topologies/social-metrics.yaml")).unwrap();
+
+    // The sink does not create its topic: a missing one is an error.
+    let no_create = dir.path().join("no-create.yaml");
+    std::fs::write(&no_create, original.replace("    create: true\n", "")).unwrap();
+    let (stderr, _) = run_expecting_failure(&no_create, &names.env(false), &broker().bootstrap);
+    assert!(
+        stderr.contains(&format!(
+            "sink `folded` writes topic `{}`, which does not exist on {}; create it or set `create: true` on the sink",
+            names.folded,
+            broker().bootstrap
+        )),
+        "{stderr}"
+    );
+
+    // Two sources with 4 and 2 partitions cannot be co-partitioned.
+    let other = unique("reads");
+    create_topic(&other, 2);
+    let two_sources = dir.path().join("two-sources.yaml");
+    let text = original
+        .replace(
+            "sources:\n",
+            &format!("sources:\n  reads:\n    topic: {other}\n"),
+        )
+        .replace(
+            "    input: post_metrics\n",
+            "    input: [post_metrics, reads]\n",
+        );
+    std::fs::write(&two_sources, text).unwrap();
+    let (stderr, _) = run_expecting_failure(&two_sources, &names.env(false), &broker().bootstrap);
+    assert!(
+        stderr.contains("source topics must have the same number of partitions"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("`{}` has 4", names.source)),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("`{other}` has 2")), "{stderr}");
+}
+
+#[test]
+fn at_least_once_folds_exactly_when_nothing_fails() {
+    let _serial = serial();
+    let names = Names::new("alo");
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..20 * PER_ACCOUNT, 20);
+    let dir = temp_dir();
+    let mut config = names.app("a", dir.path().join("state"), true);
+    config
+        .env
+        .push(("STREAMFOLD_GUARANTEE".into(), "at_least_once".into()));
+    let app = App::start(&config, dir.path());
+    let outputs = read_folded(&names, 20);
+    assert_exact(&outputs, 20);
+    assert_eq!(app.metric("streamfold_transactions_aborted_total"), 0.0);
+    app.stop();
 }
