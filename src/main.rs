@@ -78,6 +78,40 @@ enum Command {
     },
     /// Print the JSON Schema of the topology format (for editor completion).
     Schema,
+    /// Work with the dead-letter topic.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// Send dead letters back to their source topics, from where the last
+    /// replay stopped, exactly once.
+    Replay {
+        /// The topology whose dead-letter topic to replay.
+        #[arg(long)]
+        topology: PathBuf,
+        /// jq condition on the letter (`.` is its value; `$key`,
+        /// `$timestamp`, `$headers` include the `streamfold.dlq.*` headers):
+        /// only letters it holds for are replayed.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Count what would be replayed; send nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Start from the beginning of the dead-letter topic instead of
+        /// where the last replay stopped.
+        #[arg(long)]
+        from_beginning: bool,
+        /// Overrides `kafka.bootstrap_servers`.
+        #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
+        bootstrap_servers: Option<String>,
+        /// Any librdkafka property: `-X security.protocol=ssl`.
+        #[arg(short = 'X', value_parser = parse_property)]
+        property: Vec<(String, String)>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -244,6 +278,69 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        Command::Dlq {
+            command:
+                DlqCommand::Replay {
+                    topology,
+                    filter,
+                    dry_run,
+                    from_beginning,
+                    bootstrap_servers,
+                    property,
+                },
+        } => {
+            let Some(t) = load(&topology) else {
+                return Ok(ExitCode::FAILURE);
+            };
+            let filter = match filter {
+                Some(code) => Some(
+                    streamfold::operators::expr::Program::compile(&code, &[])
+                        .map_err(|e| anyhow::anyhow!("--filter: {e}"))?,
+                ),
+                None => None,
+            };
+            let options = RunOptions {
+                bootstrap_servers,
+                instance_id: default_instance_id(),
+                properties: property,
+                ..RunOptions::default()
+            };
+            let report = streamfold::runtime::replay::replay(
+                &t,
+                &options,
+                streamfold::runtime::replay::ReplayOptions {
+                    filter,
+                    dry_run,
+                    from_beginning,
+                },
+            )?;
+            let verb = if dry_run { "would replay" } else { "replayed" };
+            println!(
+                "{verb} {} of {} dead letters from {}",
+                report.total_replayed(),
+                report.read,
+                t.dead_letter_topic
+            );
+            for (topic, n) in &report.replayed {
+                println!("  {n} to {topic}");
+            }
+            if report.filtered_out > 0 {
+                println!("  {} left out by the filter", report.filtered_out);
+            }
+            if report.filter_errors > 0 {
+                println!(
+                    "  {} on which the filter failed (left in place)",
+                    report.filter_errors
+                );
+            }
+            if report.no_origin > 0 {
+                println!(
+                    "  {} without a source topic (raised by timers), not replayable",
+                    report.no_origin
+                );
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Schema => {
             let schema = schemars::schema_for!(topology::model::TopologyFile);

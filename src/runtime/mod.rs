@@ -14,6 +14,7 @@ pub mod commit;
 pub mod config;
 pub mod engine;
 pub mod partitioner;
+pub mod replay;
 pub mod restore;
 pub mod task;
 

@@ -43,7 +43,12 @@ struct StatsContext {
 impl ClientContext for StatsContext {
     fn error(&self, error: KafkaError, reason: &str) {
         // Reaching the end of a changelog is how a restore finishes.
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
+        let end_of_partition = matches!(
+            error,
+            KafkaError::PartitionEOF(_)
+                | KafkaError::Global(rdkafka::error::RDKafkaErrorCode::PartitionEOF)
+        );
+        if !end_of_partition {
             tracing::warn!(%error, reason, "Restore consumer error.");
         }
     }

@@ -1,0 +1,437 @@
+//! The article topologies beyond folding, against a real broker:
+//! question-feed (dedup → projection) under kill -9, distributed-counter
+//! with every event delivered twice, and a dead-letter round trip through
+//! `streamfold dlq replay`.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use support::*;
+
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("streamfold-it-")
+        .tempdir()
+        .unwrap()
+}
+
+fn app(topology: &str, instance: &str, state: PathBuf, env: Vec<(String, String)>) -> AppConfig {
+    AppConfig {
+        topology: repo().join(topology),
+        instance: instance.into(),
+        state_dir: state,
+        env,
+        txn_header: true,
+    }
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// One question's events: created, maybe edited, some answers, maybe
+/// deleted; numbered by `sequence`.
+fn question_events(q: u64) -> Vec<Value> {
+    let id = format!("q{q}");
+    let mut events = vec![
+        json!({"type": "QuestionCreated", "title": format!("title {q}"), "author": format!("author{}", q % 7)}),
+    ];
+    if q % 2 == 0 {
+        events.push(json!({"type": "QuestionEdited", "title": format!("title {q} (edited)")}));
+    }
+    for _ in 0..q % 4 {
+        events.push(json!({"type": "AnswerAdded"}));
+    }
+    if q % 10 == 0 {
+        events.push(json!({"type": "QuestionDeleted"}));
+    }
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut e)| {
+            e["event_id"] = json!(format!("{id}-e{i}"));
+            e["question_id"] = json!(id);
+            e["sequence"] = json!(i + 1);
+            e
+        })
+        .collect()
+}
+
+/// The read model a question ends with.
+fn final_model(q: u64) -> Value {
+    let events = question_events(q);
+    let mut model = json!({
+        "title": if q % 2 == 0 { format!("title {q} (edited)") } else { format!("title {q}") },
+        "author": format!("author{}", q % 7),
+        "is_deleted": q % 10 == 0,
+        "question_id": format!("q{q}"),
+        "version": events.len(),
+    });
+    if q % 4 > 0 {
+        model["answers"] = json!(q % 4);
+    }
+    model
+}
+
+#[test]
+fn question_feed_read_models_are_right_after_kill_9_and_no_version_has_two_contents() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let source = unique("feed-events");
+    let questions_topic = unique("question-read-models");
+    create_topic(&source, 4);
+    let names = env(&[
+        ("STREAMFOLD_APP", &unique("sf-feed")),
+        ("FEED_EVENTS_TOPIC", &source),
+        ("QUESTIONS_TOPIC", &questions_topic),
+        ("THANKS_TOPIC", &unique("answer-thanks")),
+        ("OTHER_EVENTS_TOPIC", &unique("other-events")),
+        ("DEAD_LETTER_TOPIC", &unique("feed-dlq")),
+        ("STREAMFOLD_STATIC_MEMBERSHIP", "true"),
+    ]);
+    let config = app(
+        "topologies/question-feed.yaml",
+        "a",
+        dir.path().join("state"),
+        names,
+    );
+    let count = 400u64;
+
+    // Events of each question in a scrambled order, every third one sent
+    // twice (at-least-once delivery upstream), keyed by question.
+    let feed_source = source.clone();
+    let feeder = std::thread::spawn(move || {
+        let producer = TestProducer::new();
+        for chunk in 0..8 {
+            for q in chunk * count / 8..(chunk + 1) * count / 8 {
+                let mut events = question_events(q);
+                if q % 3 == 0 {
+                    events.reverse();
+                } else if events.len() > 1 {
+                    events.swap(0, 1);
+                }
+                for (i, e) in events.iter().enumerate() {
+                    producer.send_json(&feed_source, &format!("q{q}"), e);
+                    if i % 3 == 0 {
+                        producer.send_json(&feed_source, &format!("q{q}"), e);
+                    }
+                }
+            }
+            producer.flush();
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    for _ in 0..3 {
+        let running = App::start(&config, dir.path());
+        running.wait_metric(
+            "streamfold_runtime_tasks_running",
+            Duration::from_secs(120),
+            |n| n == 4.0,
+        );
+        std::thread::sleep(Duration::from_millis(700));
+        running.kill();
+    }
+    feeder.join().unwrap();
+    let last = App::start(&config, dir.path());
+    let total_events: usize = (0..count).map(|q| question_events(q).len()).sum();
+    last.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 4.0,
+    );
+
+    // Wait until every question reached its final version.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let models = loop {
+        let models = read_topic(
+            &questions_topic,
+            0,
+            Duration::from_secs(2),
+            Duration::from_secs(60),
+        );
+        let mut latest: BTreeMap<String, Value> = BTreeMap::new();
+        for r in &models {
+            let v = r.json();
+            let key = r.key.clone().unwrap();
+            if latest
+                .get(&key)
+                .is_none_or(|l| l["version"].as_u64() <= v["version"].as_u64())
+            {
+                latest.insert(key, v);
+            }
+        }
+        let done = (0..count).all(|q| latest.get(&format!("q{q}")) == Some(&final_model(q)));
+        if done || Instant::now() > deadline {
+            break models;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    let mut latest: BTreeMap<String, Value> = BTreeMap::new();
+    let mut by_version: BTreeMap<(String, u64), BTreeSet<String>> = BTreeMap::new();
+    for r in &models {
+        let v = r.json();
+        let key = r.key.clone().unwrap();
+        let version = v["version"].as_u64().unwrap();
+        by_version
+            .entry((key.clone(), version))
+            .or_default()
+            .insert(v.to_string());
+        if latest
+            .get(&key)
+            .is_none_or(|l| l["version"].as_u64().unwrap() <= version)
+        {
+            latest.insert(key, v);
+        }
+    }
+    for q in 0..count {
+        assert_eq!(latest.get(&format!("q{q}")), Some(&final_model(q)), "q{q}");
+    }
+    for ((key, version), contents) in &by_version {
+        assert_eq!(
+            contents.len(),
+            1,
+            "{key} version {version} was emitted with different contents: {contents:?}"
+        );
+    }
+    eprintln!(
+        "{} read models emitted for {count} questions ({total_events} distinct events)",
+        models.len()
+    );
+    last.stop();
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+#[test]
+fn counters_count_each_event_once_when_the_producer_delivers_everything_twice() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let events = unique("counter-events");
+    let reads = unique("counter-reads");
+    let values = unique("counter-values");
+    create_topic(&events, 4);
+    create_topic(&reads, 4);
+    let config = app(
+        "topologies/distributed-counter.yaml",
+        "a",
+        dir.path().join("state"),
+        env(&[
+            ("STREAMFOLD_APP", &unique("sf-counter")),
+            ("COUNTER_EVENTS_TOPIC", &events),
+            ("COUNTER_READS_TOPIC", &reads),
+            ("COUNTER_VALUES_TOPIC", &values),
+            ("DEAD_LETTER_TOPIC", &unique("counter-dlq")),
+        ]),
+    );
+    let running = App::start(&config, dir.path());
+    running.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 4.0,
+    );
+
+    let producer = TestProducer::new();
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    for i in 0..3000u64 {
+        let counter = format!("views:post_{}", i % 50);
+        let delta = (i % 7) as i64 - 2;
+        let event = json!({
+            "counter": counter,
+            "token": format!("t{i}"),
+            "delta": delta,
+            "event_time": now_ms() as u64,
+        });
+        // Every write is delivered twice: a retry with the same token.
+        producer.send_json(&events, &counter, &event);
+        producer.send_json(&events, &counter, &event);
+        *expected.entry(counter).or_default() += delta;
+        if i % 300 == 299 {
+            producer.flush();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    producer.flush();
+
+    // Rollups reach every write once its window is immutable (accept_limit
+    // 5s) and the coalesced trigger fires (10s).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let latest = loop {
+        let outputs = read_topic(&values, 0, Duration::from_secs(2), Duration::from_secs(30));
+        let mut latest: BTreeMap<String, i64> = BTreeMap::new();
+        for r in &outputs {
+            latest.insert(r.key.clone().unwrap(), r.json()["value"].as_i64().unwrap());
+        }
+        if latest == expected || Instant::now() > deadline {
+            break latest;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert_eq!(
+        latest, expected,
+        "each counter is the sum of its distinct deltas"
+    );
+    running.stop();
+}
+
+fn replay(topology: &Path, env: &[(String, String)], extra: &[&str]) -> String {
+    let output = Command::new(streamfold_binary())
+        .args(["dlq", "replay", "--topology"])
+        .arg(topology)
+        .args(["--bootstrap-servers", &broker().bootstrap])
+        .args(extra)
+        .envs(env.iter().cloned())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn dead_letters_replayed_after_the_fix_are_processed_and_the_counters_add_up() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let source = unique("post-metric-updated");
+    let folded = unique("account-metrics-folded");
+    let dlq = unique("dlq");
+    create_topic(&source, 4);
+    let names = env(&[
+        ("STREAMFOLD_APP", &unique("sf-replay")),
+        ("POST_METRICS_TOPIC", &source),
+        ("FOLDED_TOPIC", &folded),
+        ("DEAD_LETTER_TOPIC", &dlq),
+        ("FOLD_QUIET_FOR", "2s"),
+    ]);
+
+    // A new producer version writes `accountId`: version 1 of the topology
+    // cannot group those events and dead-letters them.
+    let producer = TestProducer::new();
+    for i in 0..60u64 {
+        let account = format!("account_{}", i % 6);
+        let value = if i % 6 < 2 {
+            json!({"post_id": format!("post_{i}"), "accountId": account, "metrics": {"likes": i}})
+        } else {
+            json!({"post_id": format!("post_{i}"), "account_id": account, "metrics": {"likes": i}})
+        };
+        producer.send_json(&source, &account, &value);
+    }
+    producer.flush();
+    let v1 = App::start(
+        &app(
+            "topologies/social-metrics.yaml",
+            "a",
+            dir.path().join("state"),
+            names.clone(),
+        ),
+        dir.path(),
+    );
+    let letters = read_topic(&dlq, 20, Duration::from_secs(2), Duration::from_secs(60));
+    assert_eq!(letters.len(), 20);
+    for l in &letters {
+        assert_eq!(l.header("streamfold.dlq.topic"), Some(source.as_str()));
+        assert!(
+            l.header("streamfold.dlq.partition").is_some()
+                && l.header("streamfold.dlq.offset").is_some()
+        );
+        assert_eq!(l.header("streamfold.dlq.node"), Some("fold_account"));
+        assert_eq!(l.header("streamfold.dlq.class"), Some("record"));
+        assert_eq!(
+            l.header("streamfold.dlq.reason"),
+            Some("key field /account_id is missing or null")
+        );
+        assert_eq!(l.header("streamfold.dlq.attempts"), Some("1"));
+    }
+    let first = read_topic(&folded, 4, Duration::from_secs(3), Duration::from_secs(60));
+    assert_eq!(
+        by_key(&first).keys().cloned().collect::<Vec<_>>(),
+        ["account_2", "account_3", "account_4", "account_5"]
+    );
+    // Every record in is folded or dead-lettered.
+    let consumed = v1.metric("streamfold_runtime_records_consumed_total");
+    let eligible = v1.metric("streamfold_fold_eligible_events_total");
+    let dead = v1.metric("streamfold_node_dead_letters_total");
+    let dropped = v1.metric("streamfold_node_dropped_records_total");
+    assert_eq!((consumed, eligible, dead, dropped), (60.0, 40.0, 20.0, 0.0));
+    v1.stop();
+
+    // Version 2 maps `accountId` to `account_id` before folding.
+    let fixed = dir.path().join("social-metrics-v2.yaml");
+    let original = std::fs::read_to_string(repo().join("topologies/social-metrics.yaml")).unwrap();
+    let v2_text = original
+        .replace(
+            "nodes:\n",
+            "nodes:\n  normalize:\n    type: map\n    input: post_metrics\n    expression: 'if has(\"accountId\") then (. + {account_id: .accountId} | del(.accountId)) else . end'\n",
+        )
+        .replace("  fold_account:\n    type: fold\n    input: post_metrics\n", "  fold_account:\n    type: fold\n    input: normalize\n");
+    assert_ne!(v2_text, original);
+    std::fs::write(&fixed, v2_text).unwrap();
+
+    // A dry run counts without sending; the filter selects by header.
+    let dry = replay(&fixed, &names, &["--dry-run"]);
+    assert!(dry.contains("would replay 20 of 20 dead letters"), "{dry}");
+    let filtered = replay(
+        &fixed,
+        &names,
+        &["--dry-run", "--filter", "$key == \"account_0\""],
+    );
+    assert!(filtered.contains("would replay 10 of 20"), "{filtered}");
+    assert!(filtered.contains("10 left out by the filter"), "{filtered}");
+
+    let v2 = App::start(
+        &app(
+            fixed.to_str().unwrap(),
+            "a",
+            dir.path().join("state"),
+            names.clone(),
+        ),
+        dir.path(),
+    );
+    let done = replay(&fixed, &names, &[]);
+    assert!(done.contains("replayed 20 of 20 dead letters"), "{done}");
+    assert!(done.contains(&format!("20 to {source}")), "{done}");
+    // A second replay has nothing left: progress was committed.
+    let again = replay(&fixed, &names, &[]);
+    assert!(again.contains("replayed 0 of 0"), "{again}");
+
+    let all = read_topic(&folded, 6, Duration::from_secs(3), Duration::from_secs(60));
+    let accounts: BTreeSet<String> = all.iter().filter_map(|r| r.key.clone()).collect();
+    assert_eq!(
+        accounts.len(),
+        6,
+        "the replayed events were folded: {accounts:?}"
+    );
+    for r in all
+        .iter()
+        .filter(|r| matches!(r.key.as_deref(), Some("account_0" | "account_1")))
+    {
+        assert_eq!(r.json()["folded_count"], json!(10));
+    }
+    // The second version consumed the 20 replayed records and folded them
+    // all; nothing was lost on the way: in = out + dead letters + drops.
+    v2.wait_metric(
+        "streamfold_fold_eligible_events_total",
+        Duration::from_secs(30),
+        |n| n == 20.0,
+    );
+    assert_eq!(v2.metric("streamfold_runtime_records_consumed_total"), 20.0);
+    assert_eq!(v2.metric("streamfold_node_dead_letters_total"), 0.0);
+    assert_eq!(v2.metric("streamfold_node_dropped_records_total"), 0.0);
+    v2.stop();
+}
