@@ -44,13 +44,13 @@ fn question_events(q: u64) -> Vec<Value> {
     let mut events = vec![
         json!({"type": "QuestionCreated", "title": format!("title {q}"), "author": format!("author{}", q % 7)}),
     ];
-    if q % 2 == 0 {
+    if q.is_multiple_of(2) {
         events.push(json!({"type": "QuestionEdited", "title": format!("title {q} (edited)")}));
     }
     for _ in 0..q % 4 {
         events.push(json!({"type": "AnswerAdded"}));
     }
-    if q % 10 == 0 {
+    if q.is_multiple_of(10) {
         events.push(json!({"type": "QuestionDeleted"}));
     }
     events
@@ -69,9 +69,9 @@ fn question_events(q: u64) -> Vec<Value> {
 fn final_model(q: u64) -> Value {
     let events = question_events(q);
     let mut model = json!({
-        "title": if q % 2 == 0 { format!("title {q} (edited)") } else { format!("title {q}") },
+        "title": if q.is_multiple_of(2) { format!("title {q} (edited)") } else { format!("title {q}") },
         "author": format!("author{}", q % 7),
-        "is_deleted": q % 10 == 0,
+        "is_deleted": q.is_multiple_of(10),
         "question_id": format!("q{q}"),
         "version": events.len(),
     });
@@ -113,14 +113,14 @@ fn question_feed_read_models_are_right_after_kill_9_and_no_version_has_two_conte
         for chunk in 0..8 {
             for q in chunk * count / 8..(chunk + 1) * count / 8 {
                 let mut events = question_events(q);
-                if q % 3 == 0 {
+                if q.is_multiple_of(3) {
                     events.reverse();
                 } else if events.len() > 1 {
                     events.swap(0, 1);
                 }
                 for (i, e) in events.iter().enumerate() {
                     producer.send_json(&feed_source, &format!("q{q}"), e);
-                    if i % 3 == 0 {
+                    if i.is_multiple_of(3) {
                         producer.send_json(&feed_source, &format!("q{q}"), e);
                     }
                 }
