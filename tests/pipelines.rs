@@ -75,7 +75,7 @@ fn final_model(q: u64) -> Value {
         "question_id": format!("q{q}"),
         "version": events.len(),
     });
-    if q % 4 > 0 {
+    if !q.is_multiple_of(4) {
         model["answers"] = json!(q % 4);
     }
     model
