@@ -595,6 +595,19 @@ mod tests {
     }
 
     #[test]
+    fn jaq_does_not_assign_into_null_but_into_an_empty_object() {
+        // Documented in docs/topology.md: projection rules see `{}` for an
+        // entity that does not exist yet because of this.
+        assert!(run(".a = 1", json!(null)).is_err());
+        assert_eq!(run(".a += 1", json!({})).unwrap(), vec![json!({"a": 1})]);
+        assert!(run(".a.b = 1", json!({})).is_err());
+        assert_eq!(
+            run(".a += {b: 1}", json!({})).unwrap(),
+            vec![json!({"a": {"b": 1}})]
+        );
+    }
+
+    #[test]
     fn extra_variables_are_bound_in_order() {
         let program = Program::compile(".n + $event.delta", &["$event"]).unwrap();
         let event = json!({"delta": 5});

@@ -458,6 +458,14 @@ impl Projection {
     }
 }
 
+/// How an event joins its entity's history.
+enum Step {
+    /// After the newest event: the folded entity and its version.
+    InOrder(Value, u64),
+    /// Before it (the entity's newest position is kept).
+    Late(Position),
+}
+
 struct Refold {
     entity: Value,
     version: u64,
@@ -517,9 +525,21 @@ impl Operator for Projection {
             timestamp: record.timestamp,
             event: record.value,
         };
-        let current = ctx.store(self.entities).get(&key)?.cloned();
-        let next = match current {
-            Some(current) if position < current.last => {
+        // In order (the usual case): fold the event into the entity as
+        // stored, without copying it. Late: re-fold the entity's history.
+        let none = Value::Null;
+        let step = match ctx.store(self.entities).get(&key)? {
+            Some(current) if position < current.last => Step::Late(current.last.clone()),
+            current => {
+                let (entity, version) = current.map_or((&none, 0), |c| (&c.entity, c.version));
+                let entity = self
+                    .apply(rule, &key, entity, &event)
+                    .map_err(OpError::Record)?;
+                Step::InOrder(entity, version + 1)
+            }
+        };
+        let next = match step {
+            Step::Late(last) => {
                 ctx.count(NodeCounter::ProjectionRefolds, 1);
                 let refold = self.refold(&key, &prefix, &position, &event, ctx)?;
                 if let Some(snapshots) = self.snapshots {
@@ -534,15 +554,10 @@ impl Operator for Projection {
                 Entity {
                     entity: refold.entity,
                     version: refold.version,
-                    last: current.last,
+                    last,
                 }
             }
-            current => {
-                let (entity, version) = current.map_or((Value::Null, 0), |c| (c.entity, c.version));
-                let entity = self
-                    .apply(rule, &key, &entity, &event)
-                    .map_err(OpError::Record)?;
-                let version = version + 1;
+            Step::InOrder(entity, version) => {
                 if let (Some(snapshots), true) = (self.snapshots, self.snapshot_due(version)) {
                     ctx.store(snapshots).put(
                         &position.key(&prefix),

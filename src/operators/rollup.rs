@@ -400,12 +400,17 @@ impl Operator for Rollup {
         let token = id_bytes(
             required(&self.token, &record.value, "idempotency token").map_err(OpError::Record)?,
         );
-        let delta = self.delta(&record.value).map_err(OpError::Record)?;
         let reset = match &self.reset_when {
             Some(condition) => condition
                 .test(&record.value, &Bindings::of(&record))
                 .map_err(|e| OpError::Record(format!("reset_when failed: {e}")))?,
             None => false,
+        };
+        // A reset carries no delta.
+        let delta = if reset {
+            0
+        } else {
+            self.delta(&record.value).map_err(OpError::Record)?
         };
         let time = record.timestamp;
         let mut checkpoint = ctx
@@ -550,8 +555,11 @@ mod tests {
     fn clear_count_restarts_from_zero_at_its_time() {
         let mut h = counter();
         h.process(add("likes", "t1", 5, 0)).unwrap();
-        let mut clear = add("likes", "t2", 0, S);
-        clear.value["op"] = json!("ClearCount");
+        let clear = record(
+            "likes",
+            json!({"counter": "likes", "token": "t2", "op": "ClearCount"}),
+            S,
+        );
         h.process(clear).unwrap();
         h.process(add("likes", "t3", 4, S)).unwrap();
         let out = h.advance(Clock::Processing, 10 * S).unwrap();
