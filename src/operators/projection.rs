@@ -417,20 +417,17 @@ impl Projection {
             .map(|(_, s)| (s.entity, s.version))
             .unwrap_or((Value::Null, 0));
         let mut snapshots = Vec::new();
-        let mut pending = Some((event_key, event));
-        let mut replay = Vec::with_capacity(logged.len() + 1);
+        // The logged events with the late one in its place.
+        let mut pending = Some((event_key.as_slice(), event));
+        let mut replay: Vec<(&[u8], &LoggedEvent)> = Vec::with_capacity(logged.len() + 1);
         for (k, logged_event) in &logged {
-            if let Some((late_key, late)) =
-                pending.take_if(|(late_key, _)| late_key.as_slice() < k.as_ref())
-            {
-                replay.push((late_key, late.clone()));
+            if let Some(late) = pending.take_if(|(late_key, _)| *late_key < k.as_ref()) {
+                replay.push(late);
             }
-            replay.push((k.to_vec(), logged_event.clone()));
+            replay.push((k.as_ref(), logged_event));
         }
-        if let Some((late_key, late)) = pending {
-            replay.push((late_key, late.clone()));
-        }
-        for (k, logged_event) in &replay {
+        replay.extend(pending);
+        for (k, logged_event) in replay {
             // Events whose rule was removed from the topology are skipped.
             let Some(rule) = self.rules.get(&logged_event.name) else {
                 continue;
@@ -441,7 +438,7 @@ impl Projection {
             version += 1;
             if self.snapshot_due(version) {
                 snapshots.push((
-                    k.clone(),
+                    k.to_vec(),
                     Snapshot {
                         entity: entity.clone(),
                         version,
