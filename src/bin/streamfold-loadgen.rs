@@ -81,6 +81,9 @@ enum Command {
         /// Records to read before stopping.
         #[arg(long)]
         expect: u64,
+        /// Any librdkafka property: `-X isolation.level=read_committed`.
+        #[arg(short = 'X', value_parser = parse_property)]
+        property: Vec<(String, String)>,
     },
 }
 
@@ -117,9 +120,11 @@ fn main() -> anyhow::Result<()> {
             idle,
             summary,
         } => read(&cli.bootstrap_servers, &topic, idle, summary),
-        Command::BareConsume { topic, expect } => {
-            bare_consume(&cli.bootstrap_servers, &topic, expect)
-        }
+        Command::BareConsume {
+            topic,
+            expect,
+            property,
+        } => bare_consume(&cli.bootstrap_servers, &topic, expect, &property),
     }
 }
 
@@ -292,12 +297,28 @@ fn assign_all(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<usize> {
     Ok(partitions)
 }
 
-fn bare_consume(servers: &str, topic: &str, expect: u64) -> anyhow::Result<()> {
-    let consumer: BaseConsumer = ClientConfig::new()
+fn parse_property(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected key=value, found `{text}`")),
+    }
+}
+
+fn bare_consume(
+    servers: &str,
+    topic: &str,
+    expect: u64,
+    properties: &[(String, String)],
+) -> anyhow::Result<()> {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", servers)
         .set("group.id", "streamfold-loadgen-bare")
-        .set("enable.auto.commit", "false")
-        .create()?;
+        .set("enable.auto.commit", "false");
+    for (k, v) in properties {
+        config.set(k, v);
+    }
+    let consumer: BaseConsumer = config.create()?;
     assign_all(&consumer, topic)?;
     let mut first: Option<Instant> = None;
     let mut count = 0u64;

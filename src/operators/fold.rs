@@ -449,6 +449,17 @@ fn keep_if(current: &mut Option<Value>, value: Option<&Value>, wanted: Ordering)
     }
 }
 
+/// What `rule` takes from an event: the value at `from` (null counts as
+/// absent), or, for `count` without `from`, a marker for "this event".
+fn contribution<'v>(rule: &FieldRule, value: &'v Value) -> Option<&'v Value> {
+    static EVENT: Value = Value::Null;
+    match &rule.from {
+        None if rule.rule == MergeRule::Count => Some(&EVENT),
+        None => None,
+        Some(pointer) => pointer.get(value).filter(|v| !v.is_null()),
+    }
+}
+
 /// Checks that `value` suits `rule`, so a bad event is rejected before it
 /// changes anything.
 fn check(rule: MergeRule, pointer: &JsonPointer, value: &Value) -> Result<(), String> {
@@ -535,23 +546,11 @@ impl Operator for Fold {
                 "record has no key to fold by (give records a key or set `key_by`)".into(),
             ));
         };
-        let mut values = Vec::with_capacity(self.fields.len());
+        // Check every field first, so a bad event changes nothing.
         for (_, rule) in &self.fields {
-            let value = rule
-                .from
-                .as_ref()
-                .and_then(|p| p.get(&record.value).map(|v| (p, v)))
-                .filter(|(_, v)| !v.is_null());
-            if let Some((pointer, v)) = value {
+            if let (Some(pointer), Some(v)) = (&rule.from, contribution(rule, &record.value)) {
                 check(rule.rule, pointer, v).map_err(OpError::Record)?;
             }
-            // `count` without `from` counts every event.
-            let counts_event = rule.rule == MergeRule::Count && rule.from.is_none();
-            values.push(if counts_event {
-                Some(&Value::Null)
-            } else {
-                value.map(|(_, v)| v)
-            });
         }
         let now = match self.clock {
             Clock::Processing => ctx.now(Clock::Processing),
@@ -566,9 +565,9 @@ impl Operator for Fold {
                 fold.last_ts = fold.last_ts.max(record.timestamp);
                 fold.first_ts = fold.first_ts.min(record.timestamp);
                 fold.count += 1;
-                for ((value, (_, rule)), acc) in values.iter().zip(&self.fields).zip(&mut fold.acc)
-                {
-                    acc.merge(*value, rule.max_len.map_or(usize::MAX, NonZeroUsize::get));
+                for ((_, rule), acc) in self.fields.iter().zip(&mut fold.acc) {
+                    let max_len = rule.max_len.map_or(usize::MAX, NonZeroUsize::get);
+                    acc.merge(contribution(rule, &record.value), max_len);
                 }
                 (fold.count, None)
             }
@@ -586,9 +585,9 @@ impl Operator for Fold {
                         .map(|(_, r)| Acc::empty(r.rule))
                         .collect(),
                 };
-                for ((value, (_, rule)), acc) in values.iter().zip(&self.fields).zip(&mut fold.acc)
-                {
-                    acc.merge(*value, rule.max_len.map_or(usize::MAX, NonZeroUsize::get));
+                for ((_, rule), acc) in self.fields.iter().zip(&mut fold.acc) {
+                    let max_len = rule.max_len.map_or(usize::MAX, NonZeroUsize::get);
+                    acc.merge(contribution(rule, &record.value), max_len);
                 }
                 // A fold that closes on its first event needs no timer.
                 let closes_now = self.max_events.is_some_and(|max| max <= 1);

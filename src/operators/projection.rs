@@ -716,7 +716,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "no rule for event `Other` (rules: Set, Add)"
+            "no rule for event `Other` (rules: Add, Set)"
         );
         h.process(record(
             "k",

@@ -87,6 +87,14 @@ pub fn consumer_config(topology: &Topology, options: &RunOptions) -> ClientConfi
     };
     config.set("auto.offset.reset", reset);
     config.set("statistics.interval.ms", "5000");
+    // librdkafka stops fetching for `fetch.queue.backoff.ms` (1 s by
+    // default) once its local queue holds `queued.min.messages`; against a
+    // broker that answers with large batches that idles the consumer for
+    // most of each second. Resume as soon as the queue drains.
+    config.set("fetch.queue.backoff.ms", "10");
+    // A broker that does not answer a waiting fetch as soon as data arrives
+    // (nisshi) would otherwise add up to 500 ms to every folded event.
+    config.set("fetch.wait.max.ms", "100");
     config.set("session.timeout.ms", "10000");
     config.set("heartbeat.interval.ms", "2000");
     for (k, v) in &topology.kafka.consumer {

@@ -142,12 +142,12 @@ fn main_loop(
 ) -> Result<(), RuntimeError> {
     let context = consumer.context();
     let mut handled = 0u32;
+    let mut timeout = Duration::from_millis(10);
     loop {
         if shutdown.load(Ordering::Relaxed) {
             tracing::info!("Shutting down: committing and leaving the group.");
             return Ok(());
         }
-        let timeout = context.lock().poll_timeout();
         match consumer.poll(timeout) {
             Some(Ok(message)) => {
                 let mut engine = context.lock();
@@ -161,7 +161,9 @@ fn main_loop(
             None => {}
         }
         handled = 0;
-        context.lock().housekeeping(consumer)?;
+        let mut engine = context.lock();
+        engine.housekeeping(consumer)?;
+        timeout = engine.poll_timeout();
     }
 }
 
@@ -289,7 +291,6 @@ struct Engine {
     partitions: i32,
     state_root: PathBuf,
     inputs: Vec<Input>,
-    input_index: HashMap<String, usize>,
     /// Store index → changelog topic and its tracked-topic index.
     changelogs: Vec<(String, usize)>,
     tasks: BTreeMap<i32, Slot>,
@@ -347,11 +348,7 @@ impl Engine {
                 });
             }
         }
-        let input_index = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| (input.topic.clone(), i))
-            .collect();
+
         let changelogs = topology
             .stores()
             .map(|s| (s.changelog_topic.clone(), txn.track(&s.changelog_topic)))
@@ -365,7 +362,6 @@ impl Engine {
             state_root: state_dir.join(&topology.name),
             partitions: layout.partitions,
             inputs,
-            input_index,
             changelogs,
             tasks: BTreeMap::new(),
             codecs,
@@ -381,6 +377,12 @@ impl Engine {
             fatal: None,
             topology,
         }
+    }
+
+    /// The input a topic is, by a scan: a topology has a handful of
+    /// inputs, and comparing names beats hashing them per record.
+    fn input_of(&self, topic: &str) -> Option<usize> {
+        self.inputs.iter().position(|i| i.topic == topic)
     }
 
     fn fail(&mut self, error: RuntimeError) {
@@ -452,8 +454,7 @@ impl Engine {
         let mut committed = vec![None; self.inputs.len()];
         let mut committed_positions = Positions::default();
         for element in committed_list.elements() {
-            if let (Offset::Offset(o), Some(&i)) =
-                (element.offset(), self.input_index.get(element.topic()))
+            if let (Offset::Offset(o), Some(i)) = (element.offset(), self.input_of(element.topic()))
             {
                 committed[i] = Some(o);
                 committed_positions
@@ -538,7 +539,7 @@ impl Engine {
 
     fn on_message(&mut self, message: &BorrowedMessage<'_>) -> Result<(), RuntimeError> {
         let partition = message.partition();
-        let Some(&input) = self.input_index.get(message.topic()) else {
+        let Some(input) = self.input_of(message.topic()) else {
             return Ok(());
         };
         let Some(slot) = self.tasks.get_mut(&partition) else {

@@ -279,7 +279,7 @@ impl Task {
             }
         }
         self.advance_event_time(record.timestamp);
-        self.deliver(&def.targets, record, Some(origin), out)?;
+        self.deliver(&topology, &def.targets, record, Some(origin), out)?;
         self.fire_timers(Clock::Event, out)
     }
 
@@ -314,13 +314,16 @@ impl Task {
             view.put(upstream.source.as_bytes(), current);
         }
         self.advance_event_time(record.timestamp);
-        self.run_node(node, input, record, Some(origin), out)?;
+        let topology = Arc::clone(&self.topology);
+        self.run_node(&topology, node, input, record, Some(origin), out)?;
         self.fire_timers(Clock::Event, out)
     }
 
     /// Fires every timer of `clock` due at the task's current time on that
     /// clock.
     pub fn fire_timers(&mut self, clock: Clock, out: &mut Vec<Output>) -> Result<(), TaskError> {
+        // Called per record for the event clock: clone only when due.
+        let mut topology: Option<Arc<Topology>> = None;
         let now = self.clocks.now(clock);
         for index in 0..self.nodes.len() {
             while let Some(timers) = &mut self.nodes[index].timers {
@@ -343,7 +346,10 @@ impl Task {
                         };
                         node.operator.on_timer(timer, &mut ctx)
                     };
-                    self.after_operator(index, result, None, emitted, out)?;
+                    let topology = topology
+                        .get_or_insert_with(|| Arc::clone(&self.topology))
+                        .clone();
+                    self.after_operator(&topology, index, result, None, emitted, out)?;
                 }
             }
         }
@@ -352,6 +358,7 @@ impl Task {
 
     fn deliver(
         &mut self,
+        topology: &Topology,
         targets: &[Target],
         record: Record,
         origin: Option<&Origin<'_>>,
@@ -361,13 +368,14 @@ impl Task {
             return Ok(());
         };
         for target in rest {
-            self.deliver_one(*target, record.clone(), origin, out)?;
+            self.deliver_one(topology, *target, record.clone(), origin, out)?;
         }
-        self.deliver_one(*last, record, origin, out)
+        self.deliver_one(topology, *last, record, origin, out)
     }
 
     fn deliver_one(
         &mut self,
+        topology: &Topology,
         target: Target,
         mut record: Record,
         origin: Option<&Origin<'_>>,
@@ -379,7 +387,6 @@ impl Task {
                 Ok(())
             }
             Target::Node { node, input } => {
-                let topology = Arc::clone(&self.topology);
                 let def = &topology.nodes[node];
                 if let Some(pointer) = &def.common.key_by {
                     match pointer.get(&record.value).filter(|v| !v.is_null()) {
@@ -410,13 +417,14 @@ impl Task {
                         return Ok(());
                     }
                 }
-                self.run_node(node, input, record, origin, out)
+                self.run_node(topology, node, input, record, origin, out)
             }
         }
     }
 
     fn run_node(
         &mut self,
+        topology: &Topology,
         index: usize,
         input: usize,
         record: Record,
@@ -438,20 +446,20 @@ impl Task {
             };
             node.operator.process(record, &mut ctx)
         };
-        self.after_operator(index, result, origin, emitted, out)
+        self.after_operator(topology, index, result, origin, emitted, out)
     }
 
     /// Routes what an operator emitted and turns its error into a dead
     /// letter or a task failure.
     fn after_operator(
         &mut self,
+        topology: &Topology,
         index: usize,
         result: Result<(), OpError>,
         origin: Option<&Origin<'_>>,
         emitted: Vec<Emit>,
         out: &mut Vec<Output>,
     ) -> Result<(), TaskError> {
-        let topology = Arc::clone(&self.topology);
         let def = &topology.nodes[index];
         match result {
             Ok(()) => {}
@@ -476,7 +484,7 @@ impl Task {
             .stats
             .add(NodeCounter::RecordsOut, emitted.len() as u64);
         for Emit { output, record } in emitted {
-            self.deliver(&def.targets[output], record, origin, out)?;
+            self.deliver(topology, &def.targets[output], record, origin, out)?;
         }
         Ok(())
     }
