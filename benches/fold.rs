@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::json;
+use streamfold::formats::CodecError;
 use streamfold::formats::json as json_format;
 use streamfold::record::{Origin, Record};
 use streamfold::runtime::task::{Routing, Task};
@@ -95,7 +96,7 @@ fn run(
         };
         let value = match &mut decoded {
             Some(values) => Ok(values.next().unwrap()),
-            None => json_format::decode(payload),
+            None => json_format::decode(payload).map_err(CodecError::from),
         };
         let record = value.map(|value| Record::new(Some(key.clone().into_boxed_slice()), value, 0));
         task.process_source(0, &origin, record, &mut outputs)

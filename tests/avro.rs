@@ -151,7 +151,7 @@ fn undecodable_records_are_errors_that_say_why() {
     let good = codecs.encode_as_producer(0, &post(1)).unwrap();
 
     let json_bytes = json_format::encode(&post(1));
-    let reason = codecs.decode(0, &json_bytes).unwrap_err();
+    let reason = codecs.decode(0, &json_bytes).unwrap_err().reason;
     assert!(
         reason.contains("the first byte is 0x7b, not the magic byte 0x00")
             && reason.contains("looks like JSON"),
@@ -159,20 +159,20 @@ fn undecodable_records_are_errors_that_say_why() {
     );
 
     let unknown = avro::frame(4242, &good[5..]);
-    let reason = codecs.decode(0, &unknown).unwrap_err();
+    let reason = codecs.decode(0, &unknown).unwrap_err().reason;
     assert!(
         reason.contains("schema id 4242 is not in the schema registry"),
         "{reason}"
     );
 
     let truncated = &good[..good.len() - 2];
-    let reason = codecs.decode(0, truncated).unwrap_err();
+    let reason = codecs.decode(0, truncated).unwrap_err().reason;
     assert!(
         reason.starts_with("schema id ") && reason.contains("the Avro body"),
         "{reason}"
     );
 
-    let reason = codecs.decode(0, &[0, 0, 1]).unwrap_err();
+    let reason = codecs.decode(0, &[0, 0, 1]).unwrap_err().reason;
     assert!(
         reason.contains("shorter than the 5-byte header"),
         "{reason}"
@@ -227,7 +227,7 @@ fn avro_keys_use_the_key_subject_and_read_back_as_text() {
     assert_eq!(key[..5], avro::frame(key_id, &[])[..]);
     // The source reads Avro keys too (here, the same bytes).
     assert_eq!(&*codecs.decode_key(0, &key).unwrap(), b"account_1");
-    let reason = codecs.decode_key(0, b"account_1").unwrap_err();
+    let reason = codecs.decode_key(0, b"account_1").unwrap_err().reason;
     assert!(reason.starts_with("key: not Confluent Avro"), "{reason}");
 }
 
@@ -246,13 +246,17 @@ fn a_registry_failing_briefly_is_retried_and_one_failing_on_is_reported() {
     let fresh = Codecs::new(&topology(&registry)).unwrap();
     registry.fail_next(100);
     let started = Instant::now();
-    let reason = fresh.decode(0, &bytes).unwrap_err();
+    let error = fresh.decode(0, &bytes).unwrap_err();
+    let reason = &error.reason;
     assert!(
         reason.contains("unreachable after 4 attempts")
             && reason.contains("not available (error code 50301)"),
         "{reason}"
     );
-    assert!(started.elapsed().as_millis() >= 700, "backoff waits");
+    // The outside world's fault: dead-lettered as `external`, attempts told.
+    assert_eq!((error.class(), error.attempts), ("external", 4));
+    // processing.retry defaults: waits of 100, 200, 400 ms, each ±20%.
+    assert!(started.elapsed().as_millis() >= 560, "backoff waits");
     // Not cached as missing: once the registry is back, the record decodes.
     registry.fail_next(0);
     assert_eq!(fresh.decode(0, &bytes).unwrap(), post(7));
@@ -392,9 +396,11 @@ fn records_an_avro_source_cannot_decode_become_dead_letters() {
     let config = format!("{{ url: \"{}\" }}", registry.url());
     let topology = topology_with(&config, "format: avro", "format: json");
     let mut driver = Driver::new(Arc::new(topology)).unwrap();
-    // The fixture feeder writes JSON: for an Avro source that is a
-    // producer using the wrong serializer.
-    driver.feed_json("posts", Some("post_1"), &post(1)).unwrap();
+    // JSON bytes to an Avro source: a producer using the wrong serializer.
+    let json_bytes = serde_json::to_vec(&post(1)).unwrap();
+    driver
+        .feed_raw("posts", Some("post_1"), &json_bytes)
+        .unwrap();
     let letters = driver.received("avro-test-dlq");
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].value, Ok(post(1)), "the original bytes are kept");

@@ -26,9 +26,50 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use self::avro::AvroSchema;
-use self::registry::{RECORD_RETRY, RegistryClient, SETUP_RETRY, subject};
+use self::registry::{Backoff, RECORD_RETRY, RegistryClient, SETUP_RETRY, subject};
 use crate::topology::Topology;
 use crate::topology::model::{Format, KeyFormat};
+
+/// Why one record could not be decoded: the record's fault (bad bytes, an
+/// unknown schema) or the outside world's (a schema registry that did not
+/// answer after the configured retries). Either way it goes to the
+/// dead-letter topic, with the class and the attempts in its headers.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct CodecError {
+    pub external: bool,
+    pub reason: String,
+    pub attempts: u32,
+}
+
+impl CodecError {
+    pub fn record(reason: impl Into<String>) -> CodecError {
+        CodecError {
+            external: false,
+            reason: reason.into(),
+            attempts: 1,
+        }
+    }
+
+    pub fn external(reason: impl Into<String>, attempts: u32) -> CodecError {
+        CodecError {
+            external: true,
+            reason: reason.into(),
+            attempts,
+        }
+    }
+
+    /// The dead-letter class: `record` or `external`.
+    pub fn class(&self) -> &'static str {
+        if self.external { "external" } else { "record" }
+    }
+}
+
+impl From<String> for CodecError {
+    fn from(reason: String) -> Self {
+        CodecError::record(reason)
+    }
+}
 
 /// Why codecs could not be prepared (at startup, before any record).
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +86,8 @@ enum Decoder {
     /// schema when the source names one.
     Avro {
         reader: Option<Box<AvroSchema>>,
+        /// How to retry a registry that does not answer.
+        retry: Backoff,
     },
 }
 
@@ -126,6 +169,9 @@ impl Codecs {
             let value = match config.format {
                 Format::Json => Decoder::Json,
                 Format::Avro => Decoder::Avro {
+                    retry: Backoff::from_config(
+                        config.retry.as_ref().unwrap_or(&topology.processing.retry),
+                    ),
                     reader: config
                         .schema
                         .as_deref()
@@ -182,11 +228,13 @@ impl Codecs {
     }
 
     /// Decodes a value read by source `source`.
-    pub fn decode(&self, source: usize, payload: &[u8]) -> Result<Value, String> {
+    pub fn decode(&self, source: usize, payload: &[u8]) -> Result<Value, CodecError> {
         match self.sources.get(source).map(|s| &s.value) {
-            Some(Decoder::Json) => json::decode(payload),
-            Some(Decoder::Avro { reader }) => self.decode_avro(payload, reader.as_deref()),
-            None => Err(format!("no source #{source}")),
+            Some(Decoder::Json) => Ok(json::decode(payload)?),
+            Some(Decoder::Avro { reader, retry }) => {
+                self.decode_avro(payload, reader.as_deref(), *retry)
+            }
+            None => Err(CodecError::record(format!("no source #{source}"))),
         }
     }
 
@@ -202,19 +250,24 @@ impl Codecs {
     /// decoded to text when they are strings and to compact JSON otherwise
     /// (as keys taken from a field with `key_by` are); other key formats
     /// pass through.
-    pub fn decode_key(&self, source: usize, key: &[u8]) -> Result<Box<[u8]>, String> {
+    pub fn decode_key(&self, source: usize, key: &[u8]) -> Result<Box<[u8]>, CodecError> {
         match self.sources.get(source) {
             Some(s) if s.avro_key => {
-                let value = self
-                    .decode_avro(key, None)
-                    .map_err(|e| format!("key: {e}"))?;
+                let retry = match &s.value {
+                    Decoder::Avro { retry, .. } => *retry,
+                    Decoder::Json => RECORD_RETRY,
+                };
+                let value = self.decode_avro(key, None, retry).map_err(|e| CodecError {
+                    reason: format!("key: {}", e.reason),
+                    ..e
+                })?;
                 Ok(match value {
                     Value::String(text) => text.into_bytes().into_boxed_slice(),
                     other => json::encode(&other).into_boxed_slice(),
                 })
             }
             Some(_) => Ok(key.into()),
-            None => Err(format!("no source #{source}")),
+            None => Err(CodecError::record(format!("no source #{source}"))),
         }
     }
 
@@ -254,8 +307,9 @@ impl Codecs {
             Decoder::Json => return Ok(json::encode(value)),
             Decoder::Avro {
                 reader: Some(reader),
+                ..
             } => reader,
-            Decoder::Avro { reader: None } => {
+            Decoder::Avro { reader: None, .. } => {
                 return Err(format!(
                     "the Avro source reading `{}` names no `schema` to write records with",
                     codec.topic
@@ -291,7 +345,9 @@ impl Codecs {
     pub fn decode_as_consumer(&self, sink: usize, bytes: &[u8]) -> Result<Value, String> {
         match self.sinks.get(sink).map(|s| &s.value) {
             Some(Encoder::Json) => json::decode(bytes),
-            Some(Encoder::Avro { .. }) => self.decode_avro(bytes, None),
+            Some(Encoder::Avro { .. }) => self
+                .decode_avro(bytes, None, RECORD_RETRY)
+                .map_err(|e| e.reason),
             None => Err(format!("no sink #{sink}")),
         }
     }
@@ -302,14 +358,19 @@ impl Codecs {
             .ok_or_else(|| "Avro needs a schema registry".to_string())
     }
 
-    fn decode_avro(&self, bytes: &[u8], reader: Option<&AvroSchema>) -> Result<Value, String> {
+    fn decode_avro(
+        &self,
+        bytes: &[u8],
+        reader: Option<&AvroSchema>,
+        retry: Backoff,
+    ) -> Result<Value, CodecError> {
         let (id, body) = avro::unframe(bytes)?;
-        let writer = self.registry()?.schema_by_id(id, RECORD_RETRY)?;
-        match reader {
+        let writer = self.registry()?.schema_by_id(id, retry)?;
+        Ok(match reader {
             Some(reader) => writer.decode_as(body, reader),
             None => writer.decode(body),
         }
-        .map_err(|e| format!("schema id {id}: {e}"))
+        .map_err(|e| format!("schema id {id}: {e}"))?)
     }
 }
 

@@ -25,30 +25,59 @@ use schema_registry_converter::schema_registry_common::{
     RawError, SchemaType, SrCall, SuppliedSchema,
 };
 
+use super::CodecError;
 use super::avro::AvroSchema;
-use crate::topology::model::SchemaRegistryConfig;
+use crate::topology::model::{RetryConfig, SchemaRegistryConfig};
 
 /// How often, and how patiently, to try a registry that does not answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Backoff {
     /// Tries in all, the first included.
     pub attempts: u32,
-    /// Wait before the second try; doubled before each next one.
+    /// Wait before the second try.
     pub initial: Duration,
     /// Longest wait between two tries.
     pub max: Duration,
+    /// Factor applied to the wait after each try.
+    pub multiplier: f64,
+    /// Random share of each wait added or removed (0 to 1).
+    pub jitter: f64,
 }
 
 impl Backoff {
+    /// The policy a topology's `retry` settings describe.
+    pub fn from_config(config: &RetryConfig) -> Backoff {
+        Backoff {
+            attempts: config.max_attempts.get(),
+            initial: config.initial_backoff.0,
+            max: config.max_backoff.0,
+            multiplier: config.multiplier.max(1.0),
+            jitter: config.jitter.clamp(0.0, 1.0),
+        }
+    }
+
     /// The waits between tries.
     fn delays(self) -> impl Iterator<Item = Duration> {
-        let mut next = self.initial;
+        let mut next = self.initial.as_secs_f64();
         (1..self.attempts).map(move |_| {
-            let delay = next.min(self.max);
-            next = next.saturating_mul(2);
-            delay
+            let capped = next.min(self.max.as_secs_f64());
+            next *= self.multiplier;
+            Duration::from_secs_f64((capped * (1.0 + self.jitter * random_unit())).max(0.0))
         })
     }
+}
+
+/// A random number in [-1, 1), from the standard library's per-process
+/// random hash keys: enough to keep instances from retrying in step.
+fn random_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    (hasher.finish() >> 11) as f64 / (1u64 << 52) as f64 - 1.0
 }
 
 /// At startup (registering and looking up sink schemas): about 6 seconds,
@@ -56,7 +85,9 @@ impl Backoff {
 pub const SETUP_RETRY: Backoff = Backoff {
     attempts: 6,
     initial: Duration::from_millis(200),
-    max: Duration::from_secs(3),
+    max: Duration::from_secs(2),
+    multiplier: 2.0,
+    jitter: 0.0,
 };
 
 /// While processing (a record carrying a schema id not seen yet): under a
@@ -65,6 +96,8 @@ pub const RECORD_RETRY: Backoff = Backoff {
     attempts: 4,
     initial: Duration::from_millis(100),
     max: Duration::from_millis(400),
+    multiplier: 2.0,
+    jitter: 0.0,
 };
 
 /// How long one HTTP call may take.
@@ -172,10 +205,12 @@ impl RegistryClient {
         &self.url
     }
 
-    /// The schema with `id`, from the cache or the registry.
-    pub fn schema_by_id(&self, id: u32, retry: Backoff) -> Result<Arc<AvroSchema>, String> {
+    /// The schema with `id`, from the cache or the registry. A registry
+    /// that cannot be reached (or refuses our credentials) is the outside
+    /// world's failure, not the record's.
+    pub fn schema_by_id(&self, id: u32, retry: Backoff) -> Result<Arc<AvroSchema>, CodecError> {
         if let Some(known) = self.cache().get(&id) {
-            return known.clone();
+            return known.clone().map_err(CodecError::record);
         }
         let fetched = self.call(retry, || get_schema_by_id(id, &self.settings));
         let result = match fetched {
@@ -194,10 +229,28 @@ impl RegistryClient {
                 self.url
             )),
             // Not cached: the next record tries again.
-            Err(e) => return Err(e.to_string()),
+            Err(e @ RegistryError::Unreachable { .. }) => {
+                let attempts = match &e {
+                    RegistryError::Unreachable { attempts, .. } => *attempts,
+                    _ => 1,
+                };
+                return Err(CodecError::external(
+                    format!("schema id {id}: {e}"),
+                    attempts,
+                ));
+            }
+            Err(
+                e @ RegistryError::Refused {
+                    status: Some(401 | 403),
+                    ..
+                },
+            ) => {
+                return Err(CodecError::external(e.to_string(), 1));
+            }
+            Err(e) => return Err(CodecError::record(e.to_string())),
         };
         self.cache().insert(id, result.clone());
-        result
+        result.map_err(CodecError::record)
     }
 
     /// Registers `schema` under `subject` (or finds it registered) and

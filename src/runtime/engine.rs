@@ -28,6 +28,8 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Statistics};
 
+use serde_json::Value;
+
 use super::admin::Layout;
 use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, POSITION_HEADER, Positions};
 use super::commit::{CommitError, Produce, Transactions, offsets_list};
@@ -36,7 +38,7 @@ use super::partitioner::partition_for;
 use super::restore::Restorer;
 use super::task::{Output, Routing, Task, Upstream};
 use super::{RuntimeError, admin};
-use crate::formats::{Codecs, json};
+use crate::formats::{CodecError, Codecs, json};
 use crate::record::{Origin, Record};
 use crate::state::ChangelogEntry;
 use crate::state::rocks::RocksBackend;
@@ -578,19 +580,23 @@ impl Engine {
                 let mut result = Ok(());
                 for &source in sources {
                     let config = &self.topology.sources[source].config;
-                    let key = match config.key_format {
-                        KeyFormat::None => None,
-                        _ => message.key().map(Box::from),
+                    let key = match (config.key_format, message.key()) {
+                        (KeyFormat::None, _) | (_, None) => Ok(None),
+                        (_, Some(key)) => self.codecs.decode_key(source, key).map(Some),
                     };
-                    let decoded = match message.payload() {
-                        Some(payload) => self.codecs.decode(source, payload),
-                        None => Err("record has no value (a tombstone)".to_string()),
-                    }
-                    .map(|value| Record {
-                        key,
-                        value,
-                        timestamp,
-                        headers: headers.clone(),
+                    let decoded = key.and_then(|key| {
+                        let value = match message.payload() {
+                            Some(payload) => self.codecs.decode(source, payload)?,
+                            None => {
+                                return Err(CodecError::record("record has no value (a tombstone)"));
+                            }
+                        };
+                        Ok(Record {
+                            key,
+                            value,
+                            timestamp,
+                            headers: headers.clone(),
+                        })
                     });
                     result = slot
                         .task
@@ -669,8 +675,21 @@ impl Engine {
         for output in outputs.drain(..) {
             match output {
                 Output::Sink { sink, record } => {
-                    let payload = match self.codecs.encode(sink, &record.value) {
-                        Ok(payload) => payload,
+                    // A null value is a tombstone: no payload, so a
+                    // compacted topic forgets the key.
+                    let payload = match record.value {
+                        Value::Null => Ok(None),
+                        ref value => self.codecs.encode(sink, value).map(Some),
+                    };
+                    let encoded = payload.and_then(|payload| {
+                        let key = match record.key.as_deref() {
+                            Some(key) => Some(self.codecs.encode_key(sink, key)?),
+                            None => None,
+                        };
+                        Ok((key, payload))
+                    });
+                    let (key, payload) = match encoded {
+                        Ok(encoded) => encoded,
                         Err(reason) => {
                             let name = &self.topology.sinks[sink].name;
                             metrics::counter!(telemetry::DEAD_LETTERS, "topology" => self.topology.name.clone(), "node" => name.clone())
@@ -685,8 +704,8 @@ impl Engine {
                         .send(Produce {
                             topic: &self.topology.sinks[sink].config.topic,
                             partition: None,
-                            key: record.key.as_deref(),
-                            payload: Some(&payload),
+                            key: key.as_deref(),
+                            payload: payload.as_deref(),
                             headers: &record.headers,
                             timestamp: Some(record.timestamp),
                             tracked: 0,

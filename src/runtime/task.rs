@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use serde::{Deserialize, Serialize};
 
+use crate::formats::CodecError;
 use crate::formats::json::parse_timestamp;
 use crate::operators::{Clocks, Context, Emit, OpError, Operator};
 use crate::record::{Origin, Record, Timestamp};
@@ -242,21 +243,22 @@ impl Task {
         &mut self,
         source: usize,
         origin: &Origin<'_>,
-        decoded: Result<Record, String>,
+        decoded: Result<Record, CodecError>,
         out: &mut Vec<Output>,
     ) -> Result<(), TaskError> {
         let topology = Arc::clone(&self.topology);
         let def = &topology.sources[source];
         let mut record = match decoded {
             Ok(record) => record,
-            Err(reason) => {
-                out.push(Output::DeadLetter(dead_letter(
+            Err(error) => {
+                let letter = dead_letter(
                     Some(origin),
                     &def.name,
-                    "record",
-                    &reason,
-                    1,
-                )));
+                    error.class(),
+                    &error.reason,
+                    error.attempts,
+                );
+                out.push(Output::DeadLetter(letter));
                 return Ok(());
             }
         };

@@ -252,6 +252,9 @@ enum Step {
 struct Fixture {
     topic: String,
     key: Option<Vec<u8>>,
+    /// The value, when given as JSON (`value`), so each source can encode
+    /// it in its own format.
+    value: Option<Value>,
     payload: Vec<u8>,
     timestamp: Option<Timestamp>,
     headers: Vec<(String, Vec<u8>)>,
@@ -283,6 +286,7 @@ fn parse_step(step: &Value) -> Result<Step, String> {
         Some(Value::String(s)) => Some(s.as_bytes().to_vec()),
         Some(other) => Some(json::encode(other)),
     };
+    let value = object.get("value").cloned();
     let payload = match (object.get("value"), object.get("raw")) {
         (Some(value), None) => json::encode(value),
         (None, Some(Value::String(raw))) => raw.as_bytes().to_vec(),
@@ -311,6 +315,7 @@ fn parse_step(step: &Value) -> Result<Step, String> {
     Ok(Step::Record(Fixture {
         topic,
         key,
+        value,
         payload,
         timestamp,
         headers,
@@ -340,6 +345,8 @@ impl From<StateError> for DriverError {
 pub struct Driver {
     topology: Arc<Topology>,
     codecs: Codecs,
+    /// The in-process schema registry Avro topologies use offline.
+    _registry: Option<registry::SchemaRegistry>,
     task: Task,
     now: Timestamp,
     tick: i64,
@@ -358,8 +365,10 @@ impl Driver {
         task.set_processing_time(VIRTUAL_EPOCH);
         task.start()?;
         let tick = topology.processing.punctuation_interval.as_millis().max(1);
+        let (registry, codecs) = registry::offline_codecs(&topology)?;
         Ok(Driver {
-            codecs: Codecs::new(&topology)?,
+            codecs,
+            _registry: registry,
             topology,
             task,
             now: VIRTUAL_EPOCH,
@@ -386,30 +395,49 @@ impl Driver {
                 topics.join(", ")
             )));
         }
-        let offset = self.offsets.entry(fixture.topic.clone()).or_insert(0);
+        let offset = *self.offsets.entry(fixture.topic.clone()).or_insert(0);
+        self.offsets.insert(fixture.topic.clone(), offset + 1);
+        let mut outputs = Vec::new();
+        let mut last_payload = fixture.payload.clone();
+        for source in sources.iter().copied() {
+            // A fixture `value` is written as a producer would for this
+            // source (JSON, or Avro with its schema); `raw` bytes as given.
+            let payload = match &fixture.value {
+                Some(value) => self.codecs.encode_as_producer(source, value).map_err(|e| {
+                    DriverError::Fixture(format!(
+                        "the value does not fit source `{}`: {e}",
+                        self.topology.sources[source].name
+                    ))
+                })?,
+                None => fixture.payload.clone(),
+            };
+            let origin = Origin {
+                topic: &fixture.topic,
+                partition: 0,
+                offset,
+                key: fixture.key.as_deref(),
+                payload: Some(&payload),
+                headers: &fixture.headers,
+            };
+            // Fixture keys are text, already decoded.
+            let decoded = self.codecs.decode(source, &payload).map(|value| Record {
+                key: fixture.key.clone().map(Vec::into_boxed_slice),
+                value,
+                timestamp: fixture.timestamp.unwrap_or(self.now),
+                headers: fixture.headers.clone(),
+            });
+            self.task
+                .process_source(source, &origin, decoded, &mut outputs)?;
+            last_payload = payload;
+        }
         let origin = Origin {
             topic: &fixture.topic,
             partition: 0,
-            offset: *offset,
+            offset,
             key: fixture.key.as_deref(),
-            payload: Some(&fixture.payload),
+            payload: Some(&last_payload),
             headers: &fixture.headers,
         };
-        *offset += 1;
-        let mut outputs = Vec::new();
-        for source in sources.iter().copied() {
-            let decoded = self
-                .codecs
-                .decode(source, &fixture.payload)
-                .map(|value| Record {
-                    key: fixture.key.clone().map(Vec::into_boxed_slice),
-                    value,
-                    timestamp: fixture.timestamp.unwrap_or(self.now),
-                    headers: fixture.headers.clone(),
-                });
-            self.task
-                .process_source(source, &origin, decoded, &mut outputs)?;
-        }
         self.collect(outputs, Some(&origin));
         self.commit()?;
         Ok(())
@@ -426,7 +454,34 @@ impl Driver {
         let fixture = Fixture {
             topic: topic.to_string(),
             key: key.map(|k| k.as_bytes().to_vec()),
+            value: Some(value.clone()),
             payload: json::encode(value),
+            timestamp: None,
+            headers: Vec::new(),
+        };
+        self.feed(fixture).map_err(|e| match e {
+            DriverError::Fixture(message) => TestkitError::Case {
+                path: topic.to_string(),
+                message,
+            },
+            DriverError::Task(e) => TestkitError::Task(e),
+            DriverError::State(e) => TestkitError::State(e),
+        })
+    }
+
+    /// Feeds one record with `payload` as its bytes, whatever the sources'
+    /// formats (to see what bad bytes do), timestamped now.
+    pub fn feed_raw(
+        &mut self,
+        topic: &str,
+        key: Option<&str>,
+        payload: &[u8],
+    ) -> Result<(), TestkitError> {
+        let fixture = Fixture {
+            topic: topic.to_string(),
+            key: key.map(|k| k.as_bytes().to_vec()),
+            value: None,
+            payload: payload.to_vec(),
             timestamp: None,
             headers: Vec::new(),
         };
@@ -486,7 +541,23 @@ impl Driver {
                     let def = &self.topology.sinks[sink];
                     let topic = def.config.topic.clone();
                     // Through the wire format and back, as a consumer sees it.
-                    let bytes = match self.codecs.encode(sink, &record.value) {
+                    if record.value.is_null() {
+                        // A tombstone: no payload on the wire.
+                        self.received.entry(topic).or_default().push(Received {
+                            key: record.key.as_deref().map(crate::record::key_text),
+                            value: Ok(Value::Null),
+                            headers: text_headers(&record.headers),
+                            timestamp: Some(record.timestamp),
+                        });
+                        continue;
+                    }
+                    let encoded = self.codecs.encode(sink, &record.value).and_then(|bytes| {
+                        if let Some(key) = record.key.as_deref() {
+                            self.codecs.encode_key(sink, key)?;
+                        }
+                        Ok(bytes)
+                    });
+                    let bytes = match encoded {
                         Ok(bytes) => bytes,
                         Err(reason) => {
                             let letter = crate::runtime::task::dead_letter(
@@ -496,10 +567,13 @@ impl Driver {
                             continue;
                         }
                     };
+                    let value = self
+                        .codecs
+                        .decode_as_consumer(sink, &bytes)
+                        .map_err(|_| String::from_utf8_lossy(&bytes).into_owned());
                     self.received.entry(topic).or_default().push(Received {
                         key: record.key.as_deref().map(crate::record::key_text),
-                        value: json::decode(&bytes)
-                            .map_err(|_| String::from_utf8_lossy(&bytes).into_owned()),
+                        value,
                         headers: text_headers(&record.headers),
                         timestamp: Some(record.timestamp),
                     });

@@ -701,10 +701,22 @@ impl Loader {
                             ),
                             None => {
                                 let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                                loader.error_at(
-                                    &at,
-                                    unknown_name(&format!("output of `{name}`"), o, &names),
-                                );
+                                let message = match de::suggest(o, &names) {
+                                    Some(best) => {
+                                        format!(
+                                            "`{name}` has no output `{o}`, did you mean `{best}`?"
+                                        )
+                                    }
+                                    None => format!(
+                                        "`{name}` has no output `{o}`; its outputs are {}",
+                                        names
+                                            .iter()
+                                            .map(|n| format!("`{n}`"))
+                                            .collect::<Vec<_>>()
+                                            .join(", ")
+                                    ),
+                                };
+                                loader.error_at(&at, message);
                             }
                         },
                     }
@@ -838,6 +850,48 @@ impl Loader {
                         );
                     }
                 }
+            }
+        }
+        // Retries block processing: they must end well within a
+        // transaction.
+        let timeout = parsed
+            .processing
+            .as_ref()
+            .map(|p| p.transaction_timeout.0)
+            .unwrap_or(std::time::Duration::from_secs(60));
+        let retries = parsed
+            .processing
+            .iter()
+            .map(|p| {
+                (
+                    vec!["processing".to_string(), "retry".to_string()],
+                    &p.retry,
+                )
+            })
+            .chain(parsed.sources.iter().filter_map(|(name, c)| {
+                let retry = c.as_ref()?.retry.as_ref()?;
+                Some((
+                    vec!["sources".to_string(), name.clone(), "retry".to_string()],
+                    retry,
+                ))
+            }))
+            .collect::<Vec<_>>();
+        for (at, retry) in retries {
+            for (field, message) in retry.problems() {
+                let mut path = at.clone();
+                path.push(field.to_string());
+                self.error_at(&path, message);
+            }
+            let worst = retry.worst_case();
+            if worst > timeout / 2 {
+                self.error_at(
+                    &at,
+                    format!(
+                        "these retries can take {} per record, more than half the transaction timeout ({}); lower `max_attempts` or `max_backoff`",
+                        types::HumanDuration(std::time::Duration::from_millis(worst.as_millis() as u64)),
+                        types::HumanDuration(timeout)
+                    ),
+                );
             }
         }
         if let Some(processing) = &parsed.processing {

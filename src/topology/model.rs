@@ -124,6 +124,10 @@ pub struct ProcessingConfig {
     /// Kafka transaction timeout (`transaction.timeout.ms`).
     #[serde(default = "default_transaction_timeout")]
     pub transaction_timeout: HumanDuration,
+    /// Retries of external failures (a schema registry that does not
+    /// answer while a record is decoded), for sources without their own.
+    #[serde(default)]
+    pub retry: RetryConfig,
 }
 
 fn default_state_dir() -> PathBuf {
@@ -146,6 +150,7 @@ impl Default for ProcessingConfig {
             state_dir: default_state_dir(),
             punctuation_interval: default_punctuation_interval(),
             transaction_timeout: default_transaction_timeout(),
+            retry: RetryConfig::default(),
         }
     }
 }
@@ -156,6 +161,105 @@ impl ProcessingConfig {
             Guarantee::ExactlyOnce => HumanDuration::from_millis(100),
             Guarantee::AtLeastOnce => HumanDuration::from_secs(5),
         })
+    }
+}
+
+/// Retries with exponential backoff for failures of the outside world. A
+/// record that still fails goes to the dead-letter topic with class
+/// `external` and the number of attempts; `streamfold dlq replay` sends it
+/// back once the cause is fixed.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct RetryConfig {
+    /// Attempts in all, the first included (1: no retry).
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: NonZeroU32,
+    /// Wait before the second attempt.
+    #[serde(default = "default_initial_backoff")]
+    pub initial_backoff: HumanDuration,
+    /// Longest wait between two attempts.
+    #[serde(default = "default_max_backoff")]
+    pub max_backoff: HumanDuration,
+    /// Factor applied to the wait after each attempt (at least 1).
+    #[serde(default = "default_multiplier")]
+    pub multiplier: f64,
+    /// Random share of each wait added or removed, 0 to 1, so instances do
+    /// not retry in step.
+    #[serde(default = "default_jitter")]
+    pub jitter: f64,
+}
+
+fn default_max_attempts() -> NonZeroU32 {
+    NonZeroU32::new(4).unwrap_or(NonZeroU32::MIN)
+}
+
+fn default_initial_backoff() -> HumanDuration {
+    HumanDuration::from_millis(100)
+}
+
+fn default_max_backoff() -> HumanDuration {
+    HumanDuration::from_secs(2)
+}
+
+fn default_multiplier() -> f64 {
+    2.0
+}
+
+fn default_jitter() -> f64 {
+    0.2
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_attempts: default_max_attempts(),
+            initial_backoff: default_initial_backoff(),
+            max_backoff: default_max_backoff(),
+            multiplier: default_multiplier(),
+            jitter: default_jitter(),
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The longest the retries of one record can take.
+    pub fn worst_case(&self) -> std::time::Duration {
+        let mut total = std::time::Duration::ZERO;
+        let mut wait = self.initial_backoff.0.as_secs_f64();
+        for _ in 1..self.max_attempts.get() {
+            let capped =
+                wait.min(self.max_backoff.0.as_secs_f64()) * (1.0 + self.jitter.clamp(0.0, 1.0));
+            total += std::time::Duration::from_secs_f64(capped);
+            wait *= self.multiplier.max(1.0);
+        }
+        total
+    }
+
+    /// Problems with these settings, as (field, message).
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if !(self.multiplier >= 1.0 && self.multiplier.is_finite()) {
+            out.push((
+                "multiplier",
+                format!("must be at least 1, found {}", self.multiplier),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            out.push((
+                "jitter",
+                format!("must be between 0 and 1, found {}", self.jitter),
+            ));
+        }
+        if self.max_backoff < self.initial_backoff {
+            out.push((
+                "max_backoff",
+                format!(
+                    "`max_backoff` ({}) is shorter than `initial_backoff` ({})",
+                    self.max_backoff, self.initial_backoff
+                ),
+            ));
+        }
+        out
     }
 }
 
@@ -224,6 +328,10 @@ pub struct SourceConfig {
     /// their schema compatibly. Without it, records read as written.
     #[serde(default)]
     pub schema: Option<PathBuf>,
+    /// Retries of external failures while decoding this source's records;
+    /// defaults to `processing.retry`.
+    #[serde(default)]
+    pub retry: Option<RetryConfig>,
 }
 
 /// An output topic.
