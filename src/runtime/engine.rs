@@ -588,7 +588,9 @@ impl Engine {
                         let value = match message.payload() {
                             Some(payload) => self.codecs.decode(source, payload)?,
                             None => {
-                                return Err(CodecError::record("record has no value (a tombstone)"));
+                                return Err(CodecError::record(
+                                    "record has no value (a tombstone)",
+                                ));
                             }
                         };
                         Ok(Record {
@@ -695,7 +697,7 @@ impl Engine {
                             metrics::counter!(telemetry::DEAD_LETTERS, "topology" => self.topology.name.clone(), "node" => name.clone())
                                 .increment(1);
                             let letter =
-                                super::task::dead_letter(origin, name, "record", &reason, 1);
+                                super::task::sink_dead_letter(origin, name, &reason, &record);
                             self.send_dead_letter(&letter)?;
                             continue;
                         }

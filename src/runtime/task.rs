@@ -537,3 +537,19 @@ pub fn dead_letter(
         node: node.to_string(),
     }
 }
+
+/// A dead letter for a value that a sink could not write (it does not fit
+/// the sink's schema): the letter carries that value as JSON and its key,
+/// so nothing is lost, with the origin of the input being processed, if
+/// any, as context.
+pub fn sink_dead_letter(
+    origin: Option<&Origin<'_>>,
+    sink: &str,
+    reason: &str,
+    record: &Record,
+) -> DeadLetter {
+    let mut letter = dead_letter(origin, sink, "record", reason, 1);
+    letter.key = record.key.as_deref().map(<[u8]>::to_vec);
+    letter.payload = Some(crate::formats::json::encode(&record.value));
+    letter
+}

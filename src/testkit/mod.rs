@@ -560,8 +560,8 @@ impl Driver {
                     let bytes = match encoded {
                         Ok(bytes) => bytes,
                         Err(reason) => {
-                            let letter = crate::runtime::task::dead_letter(
-                                origin, &def.name, "record", &reason, 1,
+                            let letter = crate::runtime::task::sink_dead_letter(
+                                origin, &def.name, &reason, &record,
                             );
                             self.collect(vec![Output::DeadLetter(letter)], origin);
                             continue;

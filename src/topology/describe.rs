@@ -59,8 +59,11 @@ fn text(t: &Topology) -> String {
     for s in &t.sources {
         let _ = writeln!(
             out,
-            "  {:<22} topic {} ({:?} values, {:?} keys)",
-            s.name, s.config.topic, s.config.format, s.config.key_format
+            "  {:<22} topic {} ({} values, {} keys)",
+            s.name,
+            s.config.topic,
+            yaml_name(&s.config.format),
+            yaml_name(&s.config.key_format)
         );
     }
     if !t.nodes.is_empty() {
@@ -264,4 +267,12 @@ fn dot(t: &Topology) -> String {
     }
     out.push_str("}\n");
     out
+}
+
+/// How an enum option is written in a topology file (`json`, `string`).
+fn yaml_name<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }

@@ -15,6 +15,8 @@
 
 #![allow(dead_code)]
 
+pub mod fastavro;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
