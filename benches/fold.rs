@@ -15,6 +15,7 @@ use streamfold::formats::json as json_format;
 use streamfold::record::{Origin, Record};
 use streamfold::runtime::task::{Routing, Task};
 use streamfold::state::memory::MemoryBackend;
+use streamfold::testkit::article::METRICS;
 use streamfold::topology::{self, Topology};
 
 const TOPOLOGY: &str = "
@@ -40,14 +41,6 @@ sinks:
 const EVENTS: usize = 100_000;
 const ACCOUNTS: usize = 1_000;
 const COMMIT_EVERY: usize = 5_000;
-const METRICS: [&str; 6] = [
-    "likes",
-    "shares",
-    "comments",
-    "impressions",
-    "saves",
-    "views",
-];
 
 fn events() -> Vec<(Vec<u8>, Vec<u8>)> {
     (0..EVENTS)

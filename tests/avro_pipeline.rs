@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use streamfold::formats::Codecs;
+use streamfold::testkit::article as example;
 use streamfold::testkit::registry::SchemaRegistry;
 use streamfold::topology;
 use support::fastavro::{fastavro, hex};
@@ -21,25 +22,6 @@ fn temp_dir() -> tempfile::TempDir {
         .prefix("streamfold-it-")
         .tempdir()
         .unwrap()
-}
-
-fn article() -> Vec<(&'static str, Value)> {
-    [
-        ("post_1", "account_1", json!({"likes": 10})),
-        ("post_2", "account_1", json!({"shares": 2})),
-        ("post_3", "account_2", json!({"likes": 3, "shares": 1})),
-        ("post_4", "account_1", json!({"comments": 5, "likes": 11})),
-        ("post_5", "account_2", json!({"likes": 4})),
-        ("post_6", "account_1", json!({"impressions": 120})),
-    ]
-    .into_iter()
-    .map(|(post, account, metrics)| {
-        (
-            post,
-            json!({"post_id": post, "account_id": account, "metrics": metrics}),
-        )
-    })
-    .collect()
 }
 
 #[test]
@@ -71,8 +53,9 @@ fn avro_folds_on_a_real_broker_are_readable_by_fastavro_and_bad_bytes_become_dea
     let codecs = Codecs::new(&topology).unwrap();
 
     let producer = TestProducer::new();
-    for (post, value) in article() {
+    for value in example::events() {
         let bytes = codecs.encode_as_producer(0, &value).unwrap();
+        let post = value["post_id"].as_str().unwrap();
         producer.send(&source, Some(post.as_bytes()), &bytes, &[]);
     }
     // A producer with the wrong serializer, and a schema id nobody knows.

@@ -17,14 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::*;
 
-const METRICS: [&str; 6] = [
-    "likes",
-    "shares",
-    "comments",
-    "impressions",
-    "saves",
-    "views",
-];
+use streamfold::testkit::article::{self as example, METRICS};
 const PER_ACCOUNT: u64 = 100;
 /// Accounts receiving events at the same time.
 const ACTIVE: u64 = 20;
@@ -207,20 +200,9 @@ fn the_article_s_six_events_fold_into_two_after_the_key_goes_quiet() {
     let names = Names::new("article");
     create_topic(&names.source, 4);
     let producer = TestProducer::new();
-    let article = [
-        ("post_1", "account_1", json!({"likes": 10})),
-        ("post_2", "account_1", json!({"shares": 2})),
-        ("post_3", "account_2", json!({"likes": 3, "shares": 1})),
-        ("post_4", "account_1", json!({"comments": 5, "likes": 11})),
-        ("post_5", "account_2", json!({"likes": 4})),
-        ("post_6", "account_1", json!({"impressions": 120})),
-    ];
-    for (post, account, metrics) in &article {
-        producer.send_json(
-            &names.source,
-            post,
-            &json!({"post_id": post, "account_id": account, "metrics": metrics}),
-        );
+    for event in example::events() {
+        let post = event["post_id"].as_str().unwrap().to_string();
+        producer.send_json(&names.source, &post, &event);
     }
     producer.flush();
     let inputs = read_topic(&names.source, 6, Duration::ZERO, Duration::from_secs(30));

@@ -21,6 +21,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::json;
+use streamfold::testkit::article as example;
 
 #[derive(Parser)]
 #[command(
@@ -87,15 +88,6 @@ enum Command {
     },
 }
 
-const METRICS: [&str; 6] = [
-    "likes",
-    "shares",
-    "comments",
-    "impressions",
-    "saves",
-    "views",
-];
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -152,26 +144,6 @@ fn ensure_topic(servers: &str, topic: &str, partitions: i32) -> anyhow::Result<(
     Ok(())
 }
 
-/// The six post-metric-updated events of the social-metrics article.
-pub fn article_events() -> Vec<(String, serde_json::Value)> {
-    [
-        ("post_1", "account_1", json!({"likes": 10})),
-        ("post_2", "account_1", json!({"shares": 2})),
-        ("post_3", "account_2", json!({"likes": 3, "shares": 1})),
-        ("post_4", "account_1", json!({"comments": 5, "likes": 11})),
-        ("post_5", "account_2", json!({"likes": 4})),
-        ("post_6", "account_1", json!({"impressions": 120})),
-    ]
-    .into_iter()
-    .map(|(post, account, metrics)| {
-        (
-            account.to_string(),
-            json!({"post_id": post, "account_id": account, "metrics": metrics}),
-        )
-    })
-    .collect()
-}
-
 fn produce(
     servers: &str,
     topic: &str,
@@ -214,8 +186,9 @@ fn produce(
         Ok(())
     };
     if article {
-        for (key, value) in article_events() {
-            send(&key, &value)?;
+        for value in example::events() {
+            let account = value["account_id"].as_str().unwrap_or_default().to_string();
+            send(&account, &value)?;
         }
     }
     for i in 0..events {
@@ -224,7 +197,7 @@ fn produce(
         let value = json!({
             "post_id": format!("post_{}", 1000 + i % 5000),
             "account_id": account_id,
-            "metrics": {METRICS[(i % 6) as usize]: i % 97},
+            "metrics": {example::METRICS[(i % 6) as usize]: i % 97},
         });
         send(&account_id, &value)?;
     }

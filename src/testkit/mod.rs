@@ -26,6 +26,7 @@
 //! The task runs on the in-memory state backend and commits after every
 //! step, so state goes through its encoding exactly as in production.
 
+pub mod article;
 mod diff;
 pub mod registry;
 
@@ -443,30 +444,16 @@ impl Driver {
         Ok(())
     }
 
-    /// Feeds one record with a JSON value to every source reading `topic`,
-    /// timestamped now on the virtual clock.
+    /// Feeds one record with a JSON value to every source reading `topic`
+    /// (written as a producer would for each source's format), timestamped
+    /// now on the virtual clock.
     pub fn feed_json(
         &mut self,
         topic: &str,
         key: Option<&str>,
         value: &Value,
     ) -> Result<(), TestkitError> {
-        let fixture = Fixture {
-            topic: topic.to_string(),
-            key: key.map(|k| k.as_bytes().to_vec()),
-            value: Some(value.clone()),
-            payload: json::encode(value),
-            timestamp: None,
-            headers: Vec::new(),
-        };
-        self.feed(fixture).map_err(|e| match e {
-            DriverError::Fixture(message) => TestkitError::Case {
-                path: topic.to_string(),
-                message,
-            },
-            DriverError::Task(e) => TestkitError::Task(e),
-            DriverError::State(e) => TestkitError::State(e),
-        })
+        self.feed_now(topic, key, Some(value.clone()), json::encode(value))
     }
 
     /// Feeds one record with `payload` as its bytes, whatever the sources'
@@ -477,11 +464,21 @@ impl Driver {
         key: Option<&str>,
         payload: &[u8],
     ) -> Result<(), TestkitError> {
+        self.feed_now(topic, key, None, payload.to_vec())
+    }
+
+    fn feed_now(
+        &mut self,
+        topic: &str,
+        key: Option<&str>,
+        value: Option<Value>,
+        payload: Vec<u8>,
+    ) -> Result<(), TestkitError> {
         let fixture = Fixture {
             topic: topic.to_string(),
             key: key.map(|k| k.as_bytes().to_vec()),
-            value: None,
-            payload: payload.to_vec(),
+            value,
+            payload,
             timestamp: None,
             headers: Vec::new(),
         };
