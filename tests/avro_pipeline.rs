@@ -17,13 +17,6 @@ use streamfold::topology;
 use support::fastavro::{fastavro, hex};
 use support::*;
 
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("streamfold-it-")
-        .tempdir()
-        .unwrap()
-}
-
 #[test]
 fn avro_folds_on_a_real_broker_are_readable_by_fastavro_and_bad_bytes_become_dead_letters() {
     let _serial = serial();

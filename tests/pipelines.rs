@@ -13,13 +13,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 use support::*;
 
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("streamfold-it-")
-        .tempdir()
-        .unwrap()
-}
-
 fn app(topology: &str, instance: &str, state: PathBuf, env: Vec<(String, String)>) -> AppConfig {
     AppConfig {
         topology: repo().join(topology),

@@ -187,13 +187,6 @@ fn restore_skipped(log: &str) -> u64 {
         .sum()
 }
 
-fn temp_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("streamfold-it-")
-        .tempdir()
-        .unwrap()
-}
-
 #[test]
 fn the_article_s_six_events_fold_into_two_after_the_key_goes_quiet() {
     let _serial = serial();

@@ -167,7 +167,8 @@ pub fn producer_config(topology: &Topology, options: &RunOptions) -> ClientConfi
     config
 }
 
-/// The admin client (topic checks and creation).
+/// A client with the common properties and the `-X` overrides: the admin
+/// client (topic checks and creation), and the base of `dlq replay`'s.
 pub fn admin_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     let mut config = base_config(topology, options);
     apply_overrides(&mut config, options);

@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use super::RuntimeError;
 use super::commit::{CommitError, Produce, Transactions};
-use super::config::{RunOptions, base_config};
+use super::config::{RunOptions, admin_config};
 use super::task::dlq_headers;
 use crate::operators::expr::{Bindings, Program};
 use crate::topology::Topology;
@@ -72,10 +72,7 @@ pub fn replay(
 ) -> Result<ReplayReport, RuntimeError> {
     let topic = topology.dead_letter_topic.as_str();
     let group = format!("{}-dlq-replay", topology.name);
-    let mut consumer_config = base_config(topology, options);
-    for (k, v) in &options.properties {
-        consumer_config.set(k, v);
-    }
+    let mut consumer_config = admin_config(topology, options);
     consumer_config
         .set("group.id", &group)
         .set("enable.auto.commit", "false")
@@ -129,10 +126,7 @@ pub fn replay(
     let mut txn = if replay.dry_run {
         None
     } else {
-        let mut config = base_config(topology, options);
-        for (k, v) in &options.properties {
-            config.set(k, v);
-        }
+        let mut config = admin_config(topology, options);
         config
             .set("transactional.id", &group)
             .set("enable.idempotence", "true")

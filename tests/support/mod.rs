@@ -130,6 +130,14 @@ fn wait_for_broker(bootstrap: &str) {
     panic!("the test broker at {bootstrap} did not answer within 30s");
 }
 
+/// A scratch directory for a test's state and logs.
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("streamfold-it-")
+        .tempdir()
+        .unwrap()
+}
+
 /// A name unique to this run: `prefix-<random>`.
 pub fn unique(prefix: &str) -> String {
     use std::hash::{BuildHasher, Hasher};
