@@ -619,6 +619,96 @@ fn bad_records_go_to_the_dead_letter_topic_and_processing_continues() {
     app.stop();
 }
 
+#[test]
+fn a_frozen_instance_replaced_by_a_new_one_with_its_id_stops_when_it_wakes_and_loses_nothing() {
+    let _serial = serial();
+    let names = Names::new("zombie");
+    let accounts = 300;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..total / 2, accounts);
+    let dir = temp_dir();
+    let mut config = names.app("z", dir.path().join("state-a"), true);
+    config
+        .env
+        .push(("STREAMFOLD_STATIC_MEMBERSHIP".into(), "true".into()));
+
+    // The first process freezes mid-stream (a long GC pause, a stalled VM)...
+    let zombie = App::start(&config, dir.path());
+    zombie.wait_metric(
+        "streamfold_fold_eligible_events_total",
+        Duration::from_secs(120),
+        |n| n > 0.0,
+    );
+    zombie.pause();
+    let zombie_runs = run_ids(&zombie.log_text());
+    // ...and its replacement starts with the same instance id on another
+    // machine (here: another state directory), fencing it.
+    config.state_dir = dir.path().join("state-b");
+    let successor = App::start(&config, dir.path());
+    produce_range(&producer, &names.source, total / 2..total, accounts);
+    let outputs = read_folded(&names, accounts);
+
+    // The zombie wakes up, finds itself fenced, and stops on its own.
+    zombie.resume();
+    let (status, log) = zombie.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("this instance was fenced"), "{log}");
+
+    // Nothing lost; a duplicate can only come from the zombie's last,
+    // never-committed transaction (none where aborted records are hidden).
+    let expected = expected_folds(accounts);
+    let written: Vec<Consumed> = names
+        .changelogs()
+        .iter()
+        .flat_map(|t| read_topic(t, 0, Duration::from_secs(1), Duration::from_secs(60)))
+        .chain(outputs.iter().cloned())
+        .collect();
+    let in_flight: HashSet<String> = zombie_runs
+        .iter()
+        .filter_map(|run| {
+            let seq = written
+                .iter()
+                .filter_map(|r| {
+                    r.header("streamfold.txn")?
+                        .split_once(':')
+                        .map(|(r, s)| (r.to_string(), s.to_string()))
+                })
+                .filter(|(r, _)| r == run)
+                .filter_map(|(_, s)| s.parse::<u64>().ok())
+                .max()?;
+            Some(format!("{run}:{seq}"))
+        })
+        .collect();
+    for (account, records) in by_key(&outputs) {
+        assert!(
+            records.iter().any(|r| content(r) == expected[&account]),
+            "{account}: {records:?}"
+        );
+        let extra = records.len() - 1;
+        let zombies = records
+            .iter()
+            .filter(|r| {
+                r.header("streamfold.txn")
+                    .is_some_and(|t| in_flight.contains(t))
+            })
+            .count();
+        assert!(
+            zombies >= extra,
+            "{account}: {extra} extra copies not from the zombie's open transaction"
+        );
+        if broker().strict {
+            assert_eq!(extra, 0, "{account}");
+        }
+    }
+    assert_eq!(by_key(&outputs).len(), accounts as usize);
+    successor.wait_metric("streamfold_fold_open_folds", Duration::from_secs(30), |n| {
+        n == 0.0
+    });
+    successor.stop();
+}
+
 /// `streamfold run` on `topology`, expecting a quick failure; returns
 /// stderr and how long it took.
 fn run_expecting_failure(

@@ -39,9 +39,12 @@ pub enum CommitError {
     /// consumer rewound to the committed offsets.
     #[error("transaction aborted: {0}")]
     Aborted(String),
-    /// This producer can no longer be used (fenced by a newer instance with
-    /// the same transactional id, or a fatal error): close the tasks and
-    /// start over.
+    /// A newer process initialised our transactional id: this one is a
+    /// zombie and must stop (rejoining would fence the newer one in turn).
+    #[error("fenced: {0}")]
+    Fenced(String),
+    /// This producer can no longer be used (a fatal error): close the tasks
+    /// and start over.
     #[error("producer unusable: {0}")]
     Fatal(String),
 }
@@ -127,7 +130,9 @@ fn classify(error: KafkaError) -> CommitError {
                 | RDKafkaErrorCode::Fenced
         )
     );
-    if fenced || is_fatal(&error) {
+    if fenced {
+        CommitError::Fenced(error.to_string())
+    } else if is_fatal(&error) {
         CommitError::Fatal(error.to_string())
     } else {
         CommitError::Aborted(error.to_string())

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
@@ -81,6 +82,13 @@ pub fn run(
                 failures += 1;
                 tracing::error!(%reason, attempt = failures, "The producer is unusable; closing the tasks and rejoining the group.");
                 std::thread::sleep(Duration::from_secs(failures));
+            }
+            Err(RuntimeError::Commit(CommitError::Fenced(reason))) => {
+                return Err(RuntimeError::Fenced {
+                    transactional_id: format!("{}-{}", topology.name, options.instance_id),
+                    instance: options.instance_id.clone(),
+                    reason,
+                });
             }
             other => return other,
         }
@@ -158,6 +166,10 @@ fn main_loop(
                 if handled < HOUSEKEEPING_EVERY {
                     continue;
                 }
+            }
+            // Fatal: the consumer cannot go on (fenced static member...).
+            Some(Err(error @ KafkaError::MessageConsumptionFatal(_))) => {
+                return Err(RuntimeError::Kafka(error));
             }
             Some(Err(error)) => tracing::warn!(%error, "Consumer error."),
             None => {}

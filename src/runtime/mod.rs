@@ -40,4 +40,13 @@ pub enum RuntimeError {
     Task { task: i32, source: task::TaskError },
     #[error("commit: {0}")]
     Commit(commit::CommitError),
+    /// Another process started with this instance's id and took over.
+    #[error(
+        "this instance was fenced: another process started with --instance-id `{instance}` (transactional id `{transactional_id}`) and took over its work, so this one stops ({reason})"
+    )]
+    Fenced {
+        instance: String,
+        transactional_id: String,
+        reason: String,
+    },
 }

@@ -494,6 +494,33 @@ impl App {
         self.log_text()
     }
 
+    /// SIGSTOP: the process freezes (a zombie in the making).
+    pub fn pause(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        signal(self.pid(), "CONT");
+    }
+
+    /// Waits for the process to exit on its own; its status and log.
+    pub fn wait_exit(mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
+        let mut child = self.child.take().expect("the process was started");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return (status, self.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "streamfold did not exit within {timeout:?}; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// SIGKILL: no commit, no goodbye.
     pub fn kill(mut self) -> String {
         if let Some(mut child) = self.child.take() {
