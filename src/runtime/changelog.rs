@@ -22,6 +22,8 @@ pub const POSITION_HEADER: &str = "streamfold.pos";
 pub const TXN_HEADER: &str = "streamfold.txn";
 /// Meta key of the changelog offsets in a task's state store.
 pub const CHANGELOG_OFFSETS: &str = "changelog_offsets";
+/// Meta key of the task's event time at its last commit.
+pub const EVENT_TIME: &str = "event_time";
 
 /// An input partition: topic and partition.
 pub type InputPartition = (String, i32);

@@ -32,7 +32,9 @@ use rdkafka::{ClientContext, Message, Statistics};
 use serde_json::Value;
 
 use super::admin::Layout;
-use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, POSITION_HEADER, Positions};
+use super::changelog::{
+    CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, POSITION_HEADER, Positions,
+};
 use super::commit::{CommitError, Produce, Transactions, offsets_list};
 use super::config::{self, RunOptions};
 use super::partitioner::partition_for;
@@ -43,7 +45,6 @@ use crate::formats::{CodecError, Codecs, json};
 use crate::record::{Origin, Record};
 use crate::state::ChangelogEntry;
 use crate::state::rocks::RocksBackend;
-use crate::state::timers::Clock;
 use crate::telemetry::{self, NodeCounter, NodeGauge, NodeStats};
 use crate::topology::Topology;
 use crate::topology::model::{Guarantee, KeyFormat, OffsetReset};
@@ -501,6 +502,14 @@ impl Engine {
             return Ok(());
         };
         slot.task.set_processing_time(now);
+        let event_time = slot
+            .task
+            .state()
+            .meta(EVENT_TIME)?
+            .and_then(|b| String::from_utf8(b).ok()?.parse::<i64>().ok());
+        if let Some(ts) = event_time {
+            slot.task.resume_event_time(ts);
+        }
         slot.task
             .start()
             .map_err(|source| RuntimeError::Task { task, source })?;
@@ -846,7 +855,7 @@ impl Engine {
             if let Some(slot) = self.tasks.get_mut(&task) {
                 slot.task.set_processing_time(now);
                 slot.task
-                    .fire_timers(Clock::Processing, &mut outputs)
+                    .punctuate(&mut outputs)
                     .map_err(|source| RuntimeError::Task { task, source })?;
                 let dirty = slot.task.state().has_pending();
                 if !outputs.is_empty() || dirty {
@@ -911,10 +920,16 @@ impl Engine {
                             slot.changelog_offsets.0.insert(topic.clone(), offset + 1);
                         }
                     }
-                    let meta = [(
-                        CHANGELOG_OFFSETS.to_string(),
-                        slot.changelog_offsets.encode(),
-                    )];
+                    let meta = [
+                        (
+                            CHANGELOG_OFFSETS.to_string(),
+                            slot.changelog_offsets.encode(),
+                        ),
+                        (
+                            EVENT_TIME.to_string(),
+                            slot.task.clocks().event.to_string().into_bytes(),
+                        ),
+                    ];
                     slot.task.state().committed(entries, &meta)?;
                     slot.committed = slot.positions.clone();
                 }

@@ -133,6 +133,10 @@ pub struct Task {
     nodes: Vec<NodeRuntime>,
     clocks: Clocks,
     routing: Routing,
+    /// Wall-clock time of the last record, and the event time then: while
+    /// the task is idle for `processing.idle_advance`, event time follows
+    /// the wall clock from there.
+    last_record: Option<(Timestamp, Timestamp)>,
 }
 
 impl Task {
@@ -169,6 +173,7 @@ impl Task {
             nodes,
             clocks: Clocks::default(),
             routing,
+            last_record: None,
         })
     }
 
@@ -211,6 +216,13 @@ impl Task {
     /// per record).
     pub fn set_processing_time(&mut self, now: Timestamp) {
         self.clocks.processing = now;
+    }
+
+    /// Resumes event time where the last commit left it (after a restart),
+    /// so `idle_advance` can move it on even before the first record.
+    pub fn resume_event_time(&mut self, ts: Timestamp) {
+        self.advance_event_time(ts);
+        self.last_record = Some((self.clocks.processing, self.clocks.event));
     }
 
     /// Moves the task's event time forward (never back).
@@ -281,6 +293,7 @@ impl Task {
             }
         }
         self.advance_event_time(record.timestamp);
+        self.last_record = Some((self.clocks.processing, self.clocks.event));
         self.deliver(&topology, &def.targets, record, Some(origin), out)?;
         self.fire_timers(Clock::Event, out)
     }
@@ -316,9 +329,29 @@ impl Task {
             view.put(upstream.source.as_bytes(), current);
         }
         self.advance_event_time(record.timestamp);
+        self.last_record = Some((self.clocks.processing, self.clocks.event));
         let topology = Arc::clone(&self.topology);
         self.run_node(&topology, node, input, record, Some(origin), out)?;
         self.fire_timers(Clock::Event, out)
+    }
+
+    /// The wall-clock tick: fires processing-time timers and, when the task
+    /// has been idle for `processing.idle_advance`, moves its event time
+    /// forward with the wall clock and fires the event-time timers that
+    /// come due, so an idle partition still closes its event-time folds.
+    pub fn punctuate(&mut self, out: &mut Vec<Output>) -> Result<(), TaskError> {
+        self.fire_timers(Clock::Processing, out)?;
+        let (Some(idle), Some((wall, event))) =
+            (self.topology.processing.idle_advance, self.last_record)
+        else {
+            return Ok(());
+        };
+        let idle_for = self.clocks.processing - wall;
+        if idle_for >= idle.as_millis() {
+            self.advance_event_time(event.saturating_add(idle_for));
+            self.fire_timers(Clock::Event, out)?;
+        }
+        Ok(())
     }
 
     /// Fires every timer of `clock` due at the task's current time on that

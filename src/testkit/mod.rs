@@ -42,7 +42,6 @@ use crate::record::{Origin, Record, Timestamp};
 use crate::runtime::task::{Output, Routing, Task, TaskError};
 use crate::state::StateError;
 use crate::state::memory::MemoryBackend;
-use crate::state::timers::Clock;
 use crate::telemetry::{NodeCounter, NodeStats};
 use crate::topology::Topology;
 use crate::topology::types::HumanDuration;
@@ -513,7 +512,7 @@ impl Driver {
             self.now = (self.now + self.tick).min(target);
             self.task.set_processing_time(self.now);
             let mut outputs = Vec::new();
-            self.task.fire_timers(Clock::Processing, &mut outputs)?;
+            self.task.punctuate(&mut outputs)?;
             if !outputs.is_empty() {
                 self.collect(outputs, None);
             }

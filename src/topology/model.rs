@@ -128,6 +128,12 @@ pub struct ProcessingConfig {
     /// answer while a record is decoded), for sources without their own.
     #[serde(default)]
     pub retry: RetryConfig,
+    /// For `clock: event` operators: once a task has seen no record for
+    /// this long (wall clock), its event time moves forward with the wall
+    /// clock, so an idle partition still closes its event-time folds and
+    /// windows. Unset: event time moves only with records.
+    #[serde(default)]
+    pub idle_advance: Option<HumanDuration>,
 }
 
 fn default_state_dir() -> PathBuf {
@@ -151,6 +157,7 @@ impl Default for ProcessingConfig {
             punctuation_interval: default_punctuation_interval(),
             transaction_timeout: default_transaction_timeout(),
             retry: RetryConfig::default(),
+            idle_advance: None,
         }
     }
 }
