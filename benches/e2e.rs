@@ -126,6 +126,7 @@ fn app_config(topic: &str, guarantee: &str, dir: &std::path::Path) -> (AppConfig
             ("STREAMFOLD_GUARANTEE".into(), guarantee.into()),
         ],
         txn_header: false,
+        args: Vec::new(),
     };
     (config, folded)
 }

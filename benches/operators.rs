@@ -71,7 +71,8 @@ fn run(task: &mut Task, workload: Workload) -> usize {
             .unwrap();
         if i % TICK_EVERY == TICK_EVERY - 1 {
             task.set_processing_time(i as i64 + 1);
-            task.fire_timers(Clock::Processing, &mut outputs).unwrap();
+            task.fire_timers(Clock::Processing, &mut outputs, usize::MAX)
+                .unwrap();
         }
         if i % COMMIT_EVERY == COMMIT_EVERY - 1 {
             emitted += outputs.len();

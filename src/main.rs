@@ -57,6 +57,17 @@ enum Command {
         /// `streamfold.txn: <run id>:<transaction>`.
         #[arg(long, hide = true)]
         txn_header: bool,
+        /// Testing aid: append `begin`, `committed` and `aborted <run
+        /// id>:<transaction>` lines to this file, synced before the
+        /// transaction sends anything and after it commits (implies
+        /// `--txn-header`).
+        #[arg(long, hide = true)]
+        txn_journal: Option<PathBuf>,
+        /// Testing aid: inject a fault into the commit cycle,
+        /// `<point>:<abort|kill>[@n]` (points: begin, sent, offsets, commit,
+        /// committed, restore, timers).
+        #[arg(long, hide = true)]
+        inject_fault: Vec<streamfold::runtime::commit::Fault>,
     },
     /// Validate topology files and report every error at once.
     Check {
@@ -190,6 +201,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             metrics_addr,
             property,
             txn_header,
+            txn_journal,
+            inject_fault,
         } => {
             let Some(t) = load(&topology) else {
                 return Ok(ExitCode::FAILURE);
@@ -204,7 +217,11 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 instance_id: instance_id.unwrap_or_else(default_instance_id),
                 state_dir,
                 properties: property,
-                txn_header,
+                hooks: streamfold::runtime::commit::TestHooks {
+                    stamp: txn_header,
+                    journal: txn_journal,
+                    faults: inject_fault,
+                },
                 metrics_addr,
             };
             streamfold::runtime::engine::run(Arc::new(t), options, shutdown)?;

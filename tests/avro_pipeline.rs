@@ -63,6 +63,7 @@ fn avro_folds_on_a_real_broker_are_readable_by_fastavro_and_bad_bytes_become_dea
             state_dir: dir.path().join("state"),
             env: env.clone(),
             txn_header: false,
+            args: Vec::new(),
         },
         dir.path(),
     );
@@ -188,6 +189,7 @@ fn a_folded_value_that_does_not_fit_the_sink_schema_is_dead_lettered_with_the_va
             state_dir: dir.path().join("state"),
             env,
             txn_header: false,
+            args: Vec::new(),
         },
         dir.path(),
     );

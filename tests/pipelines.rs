@@ -20,6 +20,7 @@ fn app(topology: &str, instance: &str, state: PathBuf, env: Vec<(String, String)
         state_dir: state,
         env,
         txn_header: true,
+        args: Vec::new(),
     }
 }
 

@@ -55,14 +55,53 @@ impl Positions {
         ))
     }
 
-    /// Whether a record stamped with `self` belongs to a transaction that
-    /// committed, given the group's committed offsets. A partition with no
-    /// committed offset means no transaction that consumed it committed.
-    pub fn committed_under(&self, committed: &Positions) -> bool {
-        self.0
-            .iter()
-            .all(|(partition, position)| committed.0.get(partition).is_some_and(|c| position <= c))
+    /// What the group's committed offsets say of a record stamped with
+    /// `self`, for a task whose current inputs are `inputs` (topics).
+    ///
+    /// Our committed offsets only move forward, so a transaction that
+    /// committed left every input it consumed at or beyond its stamp:
+    ///
+    /// - a stamp beyond a committed offset proves the transaction did not
+    ///   commit;
+    /// - a stamp naming a current input that has no committed offset means
+    ///   no transaction that consumed it ever committed (a crash before the
+    ///   first commit) — or that the group's offsets expired
+    ///   (`offsets.retention.minutes`), which offsets alone cannot tell
+    ///   apart; both are counted apart from other skips so a restore can
+    ///   warn about the second;
+    /// - a stamp naming a topic that is no longer an input (a `key_by` or a
+    ///   source removed from the topology) proves nothing about that topic:
+    ///   the record is applied, and counted, rather than dropped.
+    pub fn verdict(&self, committed: &Positions, inputs: &[String]) -> Verdict {
+        let mut verdict = Verdict::Committed;
+        for (partition, position) in &self.0 {
+            match committed.0.get(partition) {
+                Some(c) if position > c => return Verdict::Uncommitted,
+                Some(_) => {}
+                None if inputs.contains(&partition.0) => verdict = Verdict::NeverCommitted,
+                None => {
+                    if verdict == Verdict::Committed {
+                        verdict = Verdict::Unknown;
+                    }
+                }
+            }
+        }
+        verdict
     }
+}
+
+/// Whether a changelog record's transaction committed, by the position
+/// rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every input it consumed is committed at or beyond its stamp.
+    Committed,
+    /// An input's committed offset is below its stamp: it did not commit.
+    Uncommitted,
+    /// A current input it consumed has no committed offset.
+    NeverCommitted,
+    /// It names a topic that is no longer an input: cannot be decided.
+    Unknown,
 }
 
 /// Next changelog offset to restore from, per changelog topic (the
@@ -101,15 +140,38 @@ mod tests {
     }
 
     #[test]
-    fn the_position_rule_keeps_committed_records_and_skips_the_rest() {
+    fn the_position_rule_skips_only_what_is_proven_uncommitted() {
+        let inputs = ["posts".to_string(), "rep".to_string()];
         let committed = positions(&[("posts", 0, 100), ("rep", 0, 10)]);
+        let verdict = |p: &[(&str, i32, i64)]| positions(p).verdict(&committed, &inputs);
         // Produced by a transaction that committed these offsets or earlier.
-        assert!(positions(&[("posts", 0, 100), ("rep", 0, 10)]).committed_under(&committed));
-        assert!(positions(&[("posts", 0, 90)]).committed_under(&committed));
+        assert_eq!(
+            verdict(&[("posts", 0, 100), ("rep", 0, 10)]),
+            Verdict::Committed
+        );
+        assert_eq!(verdict(&[("posts", 0, 90)]), Verdict::Committed);
         // Produced after consuming input the group never committed.
-        assert!(!positions(&[("posts", 0, 101), ("rep", 0, 10)]).committed_under(&committed));
-        assert!(!positions(&[("other", 0, 1)]).committed_under(&committed));
+        assert_eq!(
+            verdict(&[("posts", 0, 101), ("rep", 0, 10)]),
+            Verdict::Uncommitted
+        );
+        assert_eq!(
+            verdict(&[("posts", 0, 101), ("gone", 0, 5)]),
+            Verdict::Uncommitted
+        );
+        assert_eq!(verdict(&[("posts", 1, 1)]), Verdict::NeverCommitted);
+        // A topic that left the topology (a removed `key_by`) proves
+        // nothing.
+        assert_eq!(verdict(&[("gone", 0, 1)]), Verdict::Unknown);
+        assert_eq!(
+            verdict(&[("posts", 0, 50), ("gone", 0, 1)]),
+            Verdict::Unknown
+        );
+        assert_eq!(
+            verdict(&[("posts", 1, 1), ("gone", 0, 1)]),
+            Verdict::NeverCommitted
+        );
         // A transaction that consumed nothing cannot be told apart.
-        assert!(positions(&[]).committed_under(&committed));
+        assert_eq!(verdict(&[]), Verdict::Committed);
     }
 }

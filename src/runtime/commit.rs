@@ -1,22 +1,68 @@
-//! The commit protocol. Nothing else in streamfold begins, commits or
-//! aborts a transaction.
+//! The commit cycle: the only module that begins, commits or aborts a
+//! transaction, sends offsets, stamps changelog records, applies task state
+//! after a commit, and rewinds the consumer after an abort.
 //!
-//! Under `exactly_once` a transaction begins lazily with the first record
-//! consumed or produced, and at each commit:
+//! # The cycle (`exactly_once`)
 //!
-//! 1. every task's pending state changes go to its changelog partitions,
-//!    collapsed per key, stamped with the task's input positions;
-//! 2. the tasks' input positions are added to the transaction
+//! 1. **begin** — lazily, with the first record consumed or produced;
+//! 2. **produce** — sink records, repartition records and dead letters as
+//!    the tasks emit them;
+//! 3. **changelog** — at commit, every running task's pending state changes
+//!    go to its changelog partitions, collapsed per key, each stamped with
+//!    the task's input positions (`streamfold.pos`, see
+//!    [`super::changelog`]);
+//! 4. **offsets** — the tasks' input positions join the transaction
 //!    (`send_offsets_to_transaction` with the consumer's group metadata);
-//! 3. the transaction commits; only then are the pending changes applied
-//!    to each task's store, in one batch with the changelog offsets they
-//!    reached (so local state never holds uncommitted data).
+//! 5. **commit** — every record is acknowledged, then the transaction
+//!    commits;
+//! 6. **apply** — only now are each task's pending changes written to its
+//!    store, in one RocksDB batch with the changelog offsets they reached
+//!    and the task's event time.
 //!
 //! Under `at_least_once` the same steps run without a transaction: outputs
-//! and changelogs are flushed, state applied, then offsets committed.
+//! and changelogs are flushed, offsets committed, then state applied.
+//!
+//! # Invariants
+//!
+//! - Local state is never ahead of Kafka: a store holds only changes whose
+//!   transaction committed (step 6 follows step 5).
+//! - Every piece of per-task memory (pending writes, the timer cache, the
+//!   event clock, counters) returns to its state at the last commit when a
+//!   transaction aborts ([`Task::abort`]), and the consumer is rewound to
+//!   the committed positions, so re-consumed records meet exactly the state
+//!   the first attempt met.
+//! - An abortable error anywhere in the cycle (a produce the broker
+//!   refused, a failed offsets send, a flush timeout) aborts and rewinds;
+//!   only fencing and fatal producer errors end the member.
+//!
+//! # What a crash at each step leaves
+//!
+//! | crash after | Kafka | local state | on restart |
+//! |---|---|---|---|
+//! | begin, produce, changelog, offsets, flush | an open transaction | last commit | `init_transactions` with the same transactional id aborts it; input is re-read from the committed offsets |
+//! | commit | committed | one commit behind | restore replays the changelog tail from the stored changelog offsets, so the store catches up |
+//! | apply | committed | current | nothing to do |
+//!
+//! On a broker that hides aborted transactions from read_committed readers
+//! (Apache Kafka) nothing of an aborted transaction is ever seen. On one
+//! that shows them (nisshi 0.7.0, DESIGN §9), downstream readers see the
+//! aborted transaction's outputs, and restore tells its changelog records
+//! apart by the position rule ([`super::restore`]).
+//!
+//! # Testing hooks
+//!
+//! [`TestHooks`] (hidden `run` flags) stamp every record with its
+//! transaction, keep a journal of which transactions began and committed,
+//! and inject faults (abort, or kill the process) at named points of the
+//! cycle, so tests know exactly which transaction was open at a kill.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
@@ -27,7 +73,11 @@ use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::changelog::TXN_HEADER;
+use super::RuntimeError;
+use super::changelog::{
+    CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, POSITION_HEADER, Positions, TXN_HEADER,
+};
+use super::task::Task;
 
 /// How long a transactional call may take before we give up on it.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -47,6 +97,187 @@ pub enum CommitError {
     /// and start over.
     #[error("producer unusable: {0}")]
     Fatal(String),
+}
+
+/// A point of the commit cycle where a test can inject a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// A transaction has begun; nothing of it is sent yet.
+    Begin,
+    /// Every record of the transaction, changelogs included, was handed to
+    /// the producer; offsets are not sent yet.
+    Sent,
+    /// The offsets were added to the transaction (at least once: every
+    /// record is acknowledged, offsets are not committed yet).
+    Offsets,
+    /// Every record is acknowledged; the commit request is next.
+    Commit,
+    /// The transaction committed; the tasks' state is not applied yet.
+    Committed,
+    /// A batch of changelog records was restored into a task's store.
+    Restore,
+    /// A batch of due timers fired and its outputs were sent.
+    Timers,
+}
+
+impl FaultPoint {
+    const ALL: [(FaultPoint, &'static str); 7] = [
+        (FaultPoint::Begin, "begin"),
+        (FaultPoint::Sent, "sent"),
+        (FaultPoint::Offsets, "offsets"),
+        (FaultPoint::Commit, "commit"),
+        (FaultPoint::Committed, "committed"),
+        (FaultPoint::Restore, "restore"),
+        (FaultPoint::Timers, "timers"),
+    ];
+
+    fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(p, _)| *p == self)
+            .map_or("?", |(_, n)| n)
+    }
+}
+
+/// What an injected fault does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Fail the transaction as a broker error would (it is aborted and the
+    /// tasks rewound).
+    Abort,
+    /// End the process at once, as `kill -9` does.
+    Kill,
+}
+
+/// A fault to inject: `<point>:<abort|kill>[@<n>]`, at the `n`-th time
+/// (default: the first) the cycle reaches `point`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub point: FaultPoint,
+    pub action: FaultAction,
+    pub nth: u32,
+}
+
+impl FromStr for Fault {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Fault, String> {
+        let (spec, nth) = match text.split_once('@') {
+            Some((spec, n)) => (
+                spec,
+                n.parse::<u32>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("`{n}` is not a positive count"))?,
+            ),
+            None => (text, 1),
+        };
+        let (point, action) = spec
+            .split_once(':')
+            .ok_or_else(|| format!("expected <point>:<abort|kill>[@n], found `{text}`"))?;
+        let point = FaultPoint::ALL
+            .iter()
+            .find(|(_, n)| *n == point)
+            .map(|(p, _)| *p)
+            .ok_or_else(|| {
+                let names: Vec<&str> = FaultPoint::ALL.iter().map(|(_, n)| *n).collect();
+                format!(
+                    "unknown fault point `{point}` (one of {})",
+                    names.join(", ")
+                )
+            })?;
+        let action = match action {
+            "abort" => FaultAction::Abort,
+            "kill" => FaultAction::Kill,
+            other => return Err(format!("unknown fault action `{other}` (abort or kill)")),
+        };
+        if action == FaultAction::Abort
+            && matches!(point, FaultPoint::Committed | FaultPoint::Restore)
+        {
+            return Err(format!(
+                "`{}` can only be killed: there is no transaction to abort there",
+                point.name()
+            ));
+        }
+        Ok(Fault { point, action, nth })
+    }
+}
+
+/// Testing aids of `streamfold run` (hidden flags).
+#[derive(Clone, Debug, Default)]
+pub struct TestHooks {
+    /// Stamp every produced record with `streamfold.txn: <run>:<seq>`.
+    pub stamp: bool,
+    /// Append `begin`/`committed`/`aborted <run>:<seq>` lines here, synced
+    /// to disk before the transaction sends anything and after it commits.
+    pub journal: Option<PathBuf>,
+    /// Faults to inject.
+    pub faults: Vec<Fault>,
+}
+
+/// The injected faults and how often each point was reached.
+#[derive(Default)]
+struct Faults {
+    faults: Vec<Fault>,
+    hits: [u32; FaultPoint::ALL.len()],
+}
+
+impl Faults {
+    fn check(&mut self, point: FaultPoint) -> Result<(), CommitError> {
+        if self.faults.is_empty() {
+            return Ok(());
+        }
+        let slot = FaultPoint::ALL
+            .iter()
+            .position(|(p, _)| *p == point)
+            .unwrap_or(0);
+        self.hits[slot] += 1;
+        let hits = self.hits[slot];
+        let Some(fault) = self
+            .faults
+            .iter()
+            .find(|f| f.point == point && f.nth == hits)
+        else {
+            return Ok(());
+        };
+        match fault.action {
+            FaultAction::Abort => {
+                tracing::warn!(
+                    point = point.name(),
+                    hit = hits,
+                    "Injected fault: aborting."
+                );
+                Err(CommitError::Aborted(format!(
+                    "injected fault at `{}`",
+                    point.name()
+                )))
+            }
+            FaultAction::Kill => {
+                tracing::warn!(
+                    point = point.name(),
+                    hit = hits,
+                    "Injected fault: killing the process."
+                );
+                // Like kill -9: no destructor, no flush, no goodbye.
+                std::process::abort()
+            }
+        }
+    }
+}
+
+/// The test journal: one synced line per transaction event.
+struct Journal {
+    file: File,
+    path: PathBuf,
+}
+
+impl Journal {
+    fn record(&mut self, event: &str, label: &str) {
+        let written = writeln!(self.file, "{event} {label}").and_then(|()| self.file.sync_data());
+        if let Err(error) = written {
+            tracing::error!(path = %self.path.display(), %error, "Cannot write the transaction journal.");
+        }
+    }
 }
 
 /// Delivery reports: the highest offset produced per tracked partition, and
@@ -109,6 +340,12 @@ pub struct Transactions {
     run_id: String,
     sequence: u64,
     stamp: bool,
+    journal: Option<Journal>,
+    faults: Faults,
+    /// When the open transaction began, and how long the coordinator lets
+    /// one stay open (`transaction.timeout.ms`).
+    began: Option<Instant>,
+    timeout: Duration,
     tracked: Vec<String>,
     pub committed: u64,
     pub aborted: u64,
@@ -121,16 +358,17 @@ fn is_fatal(error: &KafkaError) -> bool {
     }
 }
 
+fn is_fencing(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+            | RDKafkaErrorCode::Fenced
+    )
+}
+
 fn classify(error: KafkaError) -> CommitError {
-    let fenced = matches!(
-        error.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::ProducerFenced
-                | RDKafkaErrorCode::InvalidProducerEpoch
-                | RDKafkaErrorCode::Fenced
-        )
-    );
-    if fenced {
+    if error.rdkafka_error_code().is_some_and(is_fencing) {
         CommitError::Fenced(error.to_string())
     } else if is_fatal(&error) {
         CommitError::Fatal(error.to_string())
@@ -146,8 +384,24 @@ impl Transactions {
     pub fn new(
         config: &ClientConfig,
         exactly_once: bool,
-        stamp: bool,
-    ) -> Result<Transactions, KafkaError> {
+        hooks: &TestHooks,
+    ) -> Result<Transactions, RuntimeError> {
+        let journal = match &hooks.journal {
+            Some(path) => Some(Journal {
+                file: std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| {
+                        RuntimeError::Startup(format!(
+                            "cannot open the transaction journal {}: {e}",
+                            path.display()
+                        ))
+                    })?,
+                path: path.clone(),
+            }),
+            None => None,
+        };
         let producer: BaseProducer<DeliveryContext> =
             config.create_with_context(DeliveryContext {
                 deliveries: Mutex::new(Deliveries::default()),
@@ -156,17 +410,66 @@ impl Transactions {
             producer.init_transactions(TXN_TIMEOUT)?;
         }
         let run_id = format!("{:016x}", rand_u64());
+        let timeout = config
+            .get("transaction.timeout.ms")
+            .and_then(|ms| ms.parse().ok())
+            .map_or(Duration::from_secs(60), Duration::from_millis);
         Ok(Transactions {
             producer,
             exactly_once,
+            began: None,
+            timeout,
             in_transaction: false,
             run_id,
             sequence: 0,
-            stamp,
+            stamp: hooks.stamp || journal.is_some(),
+            journal,
+            faults: Faults {
+                faults: hooks.faults.clone(),
+                ..Faults::default()
+            },
             tracked: vec![String::new()],
             committed: 0,
             aborted: 0,
         })
+    }
+
+    /// What an error from the producer means: its fatal error, when it has
+    /// one, tells fencing (another process took our transactional id) from
+    /// other fatal failures; otherwise the error's own class.
+    ///
+    /// A transaction that stayed open past `transaction.timeout.ms` is
+    /// aborted by the coordinator, which bumps the producer epoch: the
+    /// producer then reports itself fenced although no other process took
+    /// its id. That is a fatal error of this producer (the member rejoins
+    /// with a new one), not a reason to stop for good.
+    fn error(&self, error: KafkaError) -> CommitError {
+        let timed_out = self.began.is_some_and(|t| t.elapsed() >= self.timeout);
+        let fenced = |reason: String| {
+            if timed_out {
+                CommitError::Fatal(format!(
+                    "the transaction was open longer than transaction.timeout.ms ({} ms) and the \
+                     coordinator aborted it: {reason}",
+                    self.timeout.as_millis()
+                ))
+            } else {
+                CommitError::Fenced(reason)
+            }
+        };
+        match self.producer.client().fatal_error() {
+            Some((code, reason)) => {
+                let reason = format!("{reason} (after: {error})");
+                if is_fencing(code) {
+                    fenced(reason)
+                } else {
+                    CommitError::Fatal(reason)
+                }
+            }
+            None => match classify(error) {
+                CommitError::Fenced(reason) => fenced(reason),
+                other => other,
+            },
+        }
     }
 
     /// Registers a topic whose delivered offsets are reported at commit;
@@ -195,17 +498,35 @@ impl Transactions {
         format!("{}:{}", self.run_id, self.sequence)
     }
 
+    fn journal(&mut self, event: &str) {
+        if self.journal.is_some() {
+            let label = self.txn_label();
+            if let Some(journal) = &mut self.journal {
+                journal.record(event, &label);
+            }
+        }
+    }
+
+    /// Reaches `point` of the cycle: an injected fault there fires.
+    pub fn fault(&mut self, point: FaultPoint) -> Result<(), CommitError> {
+        self.faults.check(point)
+    }
+
     /// Starts a transaction if none is open (a no-op at least once).
     pub fn begin(&mut self) -> Result<(), CommitError> {
         if self.in_transaction {
             return Ok(());
         }
         if self.exactly_once {
-            self.producer.begin_transaction().map_err(classify)?;
+            self.producer
+                .begin_transaction()
+                .map_err(|e| self.error(e))?;
         }
         self.sequence += 1;
         self.in_transaction = true;
-        Ok(())
+        self.began = Some(Instant::now());
+        self.journal("begin");
+        self.fault(FaultPoint::Begin)
     }
 
     /// Produces one record in the current transaction, waiting for queue
@@ -249,7 +570,7 @@ impl Transactions {
                     base = returned;
                     self.producer.poll(Duration::from_millis(10));
                 }
-                Err((error, _)) => return Err(classify(error)),
+                Err((error, _)) => return Err(self.error(error)),
             }
         }
     }
@@ -270,6 +591,7 @@ impl Transactions {
             return Ok(HashMap::new());
         }
         let started = Instant::now();
+        self.fault(FaultPoint::Sent)?;
         let result = if self.exactly_once {
             self.commit_transaction(consumer, offsets)
         } else {
@@ -279,7 +601,9 @@ impl Transactions {
         match (result, deliveries.failure.take()) {
             (Ok(()), None) => {
                 self.in_transaction = false;
+                self.began = None;
                 self.committed += 1;
+                self.journal("committed");
                 metrics::histogram!(crate::telemetry::COMMIT_DURATION)
                     .record(started.elapsed().as_secs_f64());
                 metrics::counter!(crate::telemetry::TRANSACTIONS_COMMITTED).increment(1);
@@ -291,13 +615,10 @@ impl Transactions {
                     })
                     .collect())
             }
-            (Ok(()), Some(failure)) => {
-                // At least once: a record was not delivered; redo the work.
-                self.in_transaction = false;
-                Err(CommitError::Aborted(format!(
-                    "a record was not delivered: {failure}"
-                )))
-            }
+            // At least once: a record was not delivered; redo the work.
+            (Ok(()), Some(failure)) => Err(CommitError::Aborted(format!(
+                "a record was not delivered: {failure}"
+            ))),
             (Err(e), _) => Err(e),
         }
     }
@@ -342,10 +663,13 @@ impl Transactions {
             })?;
             self.producer
                 .send_offsets_to_transaction(offsets, &metadata, TXN_TIMEOUT)
-                .map_err(classify)?;
+                .map_err(|e| self.error(e))?;
         }
+        self.fault(FaultPoint::Offsets)?;
         let offsets_sent = started.elapsed();
-        self.flush_promptly(TXN_TIMEOUT).map_err(classify)?;
+        self.flush_promptly(TXN_TIMEOUT)
+            .map_err(|e| self.error(e))?;
+        self.fault(FaultPoint::Commit)?;
         let mut attempts = 0;
         loop {
             match self.producer.commit_transaction(TXN_TIMEOUT) {
@@ -354,7 +678,7 @@ impl Transactions {
                     attempts += 1;
                     tracing::warn!(error = %e, attempts, "Commit failed with a retriable error; retrying.");
                 }
-                Err(e) => return Err(classify(e)),
+                Err(e) => return Err(self.error(e)),
             }
         }
         tracing::debug!(
@@ -377,6 +701,10 @@ impl Transactions {
         if self.deliveries().failure.is_some() {
             return Ok(());
         }
+        // Without a transaction, offsets are committed last: both points
+        // are "records acknowledged, offsets not committed".
+        self.fault(FaultPoint::Offsets)?;
+        self.fault(FaultPoint::Commit)?;
         if offsets.count() > 0 {
             consumer
                 .commit(offsets, rdkafka::consumer::CommitMode::Sync)
@@ -387,29 +715,212 @@ impl Transactions {
 
     /// Aborts the open transaction (if any). Fails only when the producer
     /// is unusable.
+    ///
+    /// librdkafka's abort purges what is still queued and then waits until
+    /// the delivery report of every outstanding record has been *served*
+    /// by the application; rust-rdkafka's `abort_transaction`, unlike its
+    /// `commit_transaction`, serves none, so a plain call waits out the
+    /// whole timeout whenever a record is outstanding. A scoped thread
+    /// serves them while the abort runs, as librdkafka asks of
+    /// applications that take delivery reports as events. (Purging the
+    /// queue ourselves first would be quicker to write but wrong: without
+    /// librdkafka's internal abort flag it leaves gaps in the idempotent
+    /// producer's sequence numbers, and the next transaction fails with
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER.)
     pub fn abort(&mut self) -> Result<(), CommitError> {
         if !self.in_transaction {
             return Ok(());
         }
+        let started = Instant::now();
         self.in_transaction = false;
         self.aborted += 1;
         metrics::counter!(crate::telemetry::TRANSACTIONS_ABORTED).increment(1);
-        *self.deliveries() = Deliveries::default();
         if self.exactly_once {
-            self.producer.abort_transaction(TXN_TIMEOUT).map_err(|e| {
-                let e = classify(e);
-                match e {
-                    CommitError::Aborted(m) => CommitError::Fatal(format!("abort failed: {m}")),
-                    fatal => fatal,
-                }
+            let aborted = AtomicBool::new(false);
+            let result = std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    while !aborted.load(Ordering::Acquire) {
+                        self.producer.poll(Duration::from_millis(1));
+                    }
+                });
+                let result = self.producer.abort_transaction(TXN_TIMEOUT);
+                aborted.store(true, Ordering::Release);
+                result
+            });
+            result.map_err(|e| match self.error(e) {
+                CommitError::Aborted(m) => CommitError::Fatal(format!("abort failed: {m}")),
+                fatal => fatal,
             })?;
         }
+        self.began = None;
+        *self.deliveries() = Deliveries::default();
+        self.journal("aborted");
+        let took = started.elapsed();
+        metrics::histogram!(crate::telemetry::ABORT_DURATION).record(took.as_secs_f64());
+        tracing::info!(
+            txn = %self.txn_label(),
+            millis = took.as_millis() as u64,
+            "Transaction aborted."
+        );
         Ok(())
     }
 
     /// Flushes outstanding records (shutdown at least once).
     pub fn flush(&self) {
         let _ = self.producer.flush(TXN_TIMEOUT);
+    }
+}
+
+/// Where one task stands in the cycle.
+#[derive(Clone, Debug, Default)]
+pub struct TaskCursor {
+    /// Next offset to read, per input (index into the cycle's inputs).
+    pub positions: Vec<Option<i64>>,
+    /// Positions as of the last commit (to rewind to on abort).
+    pub committed: Vec<Option<i64>>,
+    /// Next changelog offset per changelog topic, stored with the state.
+    pub changelog_offsets: ChangelogOffsets,
+}
+
+/// One task as the cycle sees it.
+pub struct CycleTask<'a> {
+    pub id: i32,
+    pub task: &'a mut Task,
+    pub cursor: &'a mut TaskCursor,
+    /// Restoring tasks hold nothing to commit and are not rewound.
+    pub running: bool,
+}
+
+/// The commit cycle of the processing loop: the producer, and the topics
+/// whose positions and changelogs it commits.
+pub struct CommitCycle {
+    pub txn: Transactions,
+    /// Input topics, in the order of [`TaskCursor::positions`].
+    inputs: Vec<String>,
+    /// Store index → changelog topic and its tracked index.
+    changelogs: Vec<(String, usize)>,
+    /// Where an input without a committed offset is rewound to.
+    reset: Offset,
+}
+
+impl CommitCycle {
+    pub fn new(
+        mut txn: Transactions,
+        inputs: Vec<String>,
+        changelogs: &[String],
+        reset: Offset,
+    ) -> CommitCycle {
+        let changelogs = changelogs
+            .iter()
+            .map(|topic| (topic.clone(), txn.track(topic)))
+            .collect();
+        CommitCycle {
+            txn,
+            inputs,
+            changelogs,
+            reset,
+        }
+    }
+
+    /// Commits the open transaction with the tasks' changelogs and
+    /// positions, then applies their state. An `Aborted` error leaves the
+    /// transaction open for [`CommitCycle::rewind`].
+    pub fn commit<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        tasks: Vec<CycleTask<'_>>,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        if !self.txn.in_transaction() {
+            return Ok(());
+        }
+        let mut pending = Vec::with_capacity(tasks.len());
+        let mut offsets = Vec::new();
+        for item in tasks.into_iter().filter(|t| t.running) {
+            let entries = item.task.state().changelog()?;
+            let positions = Positions(
+                item.cursor
+                    .positions
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, p)| p.map(|p| ((self.inputs[i].clone(), item.id), p)))
+                    .collect(),
+            );
+            if !entries.is_empty() {
+                let header = [(POSITION_HEADER.to_string(), positions.encode())];
+                for entry in &entries {
+                    let (topic, tracked) = &self.changelogs[entry.store];
+                    self.txn
+                        .send(Produce {
+                            topic,
+                            partition: Some(item.id),
+                            key: Some(&entry.key),
+                            payload: entry.value.as_deref(),
+                            headers: &header,
+                            timestamp: Some(now),
+                            tracked: *tracked,
+                        })
+                        .map_err(RuntimeError::Commit)?;
+                }
+            }
+            offsets.extend(positions.0.into_iter().map(|((topic, p), o)| (topic, p, o)));
+            pending.push((item, entries));
+        }
+        let delivered = self
+            .txn
+            .commit(consumer, &offsets_list(offsets))
+            .map_err(RuntimeError::Commit)?;
+        // Committed in Kafka; a crash from here on leaves local state one
+        // commit behind, which restore replays.
+        self.txn
+            .fault(FaultPoint::Committed)
+            .map_err(RuntimeError::Commit)?;
+        for (item, entries) in pending {
+            for (topic, _) in &self.changelogs {
+                if let Some(offset) = delivered.get(&(topic.clone(), item.id)) {
+                    item.cursor
+                        .changelog_offsets
+                        .0
+                        .insert(topic.clone(), offset + 1);
+                }
+            }
+            let meta = [
+                (
+                    CHANGELOG_OFFSETS.to_string(),
+                    item.cursor.changelog_offsets.encode(),
+                ),
+                (
+                    EVENT_TIME.to_string(),
+                    item.task.clocks().event.to_string().into_bytes(),
+                ),
+            ];
+            item.task.committed(entries, &meta)?;
+            item.cursor.committed = item.cursor.positions.clone();
+        }
+        Ok(())
+    }
+
+    /// Aborts the open transaction and returns every task to its last
+    /// commit: state, timers and clocks ([`Task::abort`]), and the
+    /// consumer's positions.
+    pub fn rewind<C: ConsumerContext>(
+        &mut self,
+        consumer: &BaseConsumer<C>,
+        tasks: Vec<CycleTask<'_>>,
+    ) -> Result<(), RuntimeError> {
+        self.txn.abort().map_err(RuntimeError::Commit)?;
+        for item in tasks {
+            item.task.abort();
+            if !item.running {
+                continue;
+            }
+            for (i, committed) in item.cursor.committed.iter().enumerate() {
+                let offset = committed.map_or(self.reset, Offset::Offset);
+                consumer.seek(&self.inputs[i], item.id, offset, Duration::from_secs(10))?;
+            }
+            item.cursor.positions = item.cursor.committed.clone();
+        }
+        Ok(())
     }
 }
 
@@ -435,4 +946,46 @@ fn rand_u64() -> u64 {
     );
     hasher.write_u32(std::process::id());
     hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_parse_with_their_count_and_reject_what_cannot_happen() {
+        assert_eq!(
+            "commit:kill@3".parse::<Fault>(),
+            Ok(Fault {
+                point: FaultPoint::Commit,
+                action: FaultAction::Kill,
+                nth: 3
+            })
+        );
+        assert_eq!("sent:abort".parse::<Fault>().map(|f| f.nth), Ok(1));
+        assert!("committed:abort".parse::<Fault>().is_err());
+        assert!("restore:abort".parse::<Fault>().is_err());
+        assert!(
+            "nowhere:kill"
+                .parse::<Fault>()
+                .unwrap_err()
+                .contains("begin")
+        );
+        assert!("sent:kill@0".parse::<Fault>().is_err());
+    }
+
+    #[test]
+    fn an_abort_fault_fires_once_at_its_hit() {
+        let mut faults = Faults {
+            faults: vec!["sent:abort@2".parse().unwrap()],
+            ..Faults::default()
+        };
+        assert!(faults.check(FaultPoint::Sent).is_ok());
+        assert!(faults.check(FaultPoint::Commit).is_ok());
+        assert!(matches!(
+            faults.check(FaultPoint::Sent),
+            Err(CommitError::Aborted(_))
+        ));
+        assert!(faults.check(FaultPoint::Sent).is_ok());
+    }
 }

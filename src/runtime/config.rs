@@ -21,8 +21,8 @@ pub struct RunOptions {
     pub state_dir: Option<PathBuf>,
     /// librdkafka properties from `-X key=value`, applied last.
     pub properties: Vec<(String, String)>,
-    /// Stamp every produced record with `streamfold.txn: <run>:<seq>`.
-    pub txn_header: bool,
+    /// Testing aids: transaction stamps, journal, injected faults.
+    pub hooks: super::commit::TestHooks,
     /// Serve Prometheus metrics here.
     pub metrics_addr: Option<SocketAddr>,
 }
@@ -131,6 +131,10 @@ pub fn restore_config(topology: &Topology, options: &RunOptions) -> ClientConfig
         "group.id",
         &format!("{}-restore", topology.name),
     );
+    // A stored offset the topic no longer has is caught before the
+    // restore starts (a full restore); should one appear while it runs, the
+    // beginning is the only safe place to go, never the end.
+    enforce(&mut config, "auto.offset.reset", "earliest");
     enforce(&mut config, "enable.auto.commit", "false");
     enforce(&mut config, "enable.auto.offset.store", "false");
     enforce(&mut config, "isolation.level", "read_committed");

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
@@ -32,10 +32,10 @@ use rdkafka::{ClientContext, Message, Statistics};
 use serde_json::Value;
 
 use super::admin::Layout;
-use super::changelog::{
-    CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, POSITION_HEADER, Positions,
+use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, Positions};
+use super::commit::{
+    CommitCycle, CommitError, CycleTask, FaultPoint, Produce, TaskCursor, Transactions,
 };
-use super::commit::{CommitError, Produce, Transactions, offsets_list};
 use super::config::{self, RunOptions};
 use super::partitioner::partition_for;
 use super::restore::Restorer;
@@ -43,7 +43,6 @@ use super::task::{Output, Routing, Task, Upstream};
 use super::{RuntimeError, admin};
 use crate::formats::{CodecError, Codecs, json};
 use crate::record::{Origin, Record};
-use crate::state::ChangelogEntry;
 use crate::state::rocks::RocksBackend;
 use crate::telemetry::{self, NodeCounter, NodeGauge, NodeStats};
 use crate::topology::Topology;
@@ -58,9 +57,15 @@ const SOURCE_HEADER: &str = "streamfold.src";
 /// Messages handled between housekeeping rounds.
 const HOUSEKEEPING_EVERY: u32 = 256;
 
+/// Fatal producer failures tolerated within [`FAILURE_WINDOW`] before the
+/// process gives up.
+const FAILURE_BUDGET: usize = 5;
+const FAILURE_WINDOW: Duration = Duration::from_secs(600);
+
 /// Runs `topology` until `shutdown` is set, then commits, closes the
-/// tasks and leaves the group. A fenced or fatally failed producer closes
-/// the tasks and rejoins, a few times, before giving up.
+/// tasks and leaves the group. A fatally failed producer closes the tasks
+/// and rejoins; more than [`FAILURE_BUDGET`] such failures within
+/// [`FAILURE_WINDOW`] end the process. A fenced one stops.
 pub fn run(
     topology: Arc<Topology>,
     options: RunOptions,
@@ -74,15 +79,29 @@ pub fn run(
         guarantee = ?topology.processing.guarantee,
         "Starting."
     );
-    let mut failures = 0;
+    let mut failures: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
     loop {
         match run_member(&topology, &options, &layout, &shutdown) {
             Err(RuntimeError::Commit(CommitError::Fatal(reason)))
-                if failures < 5 && !shutdown.load(Ordering::Relaxed) =>
+                if !shutdown.load(Ordering::Relaxed) =>
             {
-                failures += 1;
-                tracing::error!(%reason, attempt = failures, "The producer is unusable; closing the tasks and rejoining the group.");
-                std::thread::sleep(Duration::from_secs(failures));
+                let now = Instant::now();
+                while failures
+                    .front()
+                    .is_some_and(|t| now.duration_since(*t) > FAILURE_WINDOW)
+                {
+                    failures.pop_front();
+                }
+                failures.push_back(now);
+                if failures.len() > FAILURE_BUDGET {
+                    return Err(RuntimeError::Commit(CommitError::Fatal(format!(
+                        "{reason} ({} producer failures within {} s)",
+                        failures.len(),
+                        FAILURE_WINDOW.as_secs()
+                    ))));
+                }
+                tracing::error!(%reason, recent_failures = failures.len(), "The producer is unusable; closing the tasks and rejoining the group.");
+                std::thread::sleep(Duration::from_secs(failures.len() as u64));
             }
             Err(RuntimeError::Commit(CommitError::Fenced(reason))) => {
                 return Err(RuntimeError::Fenced {
@@ -107,7 +126,7 @@ fn run_member(
     let txn = Transactions::new(
         &config::producer_config(topology, options),
         exactly_once,
-        options.txn_header,
+        &options.hooks,
     )
     .map_err(|e| RuntimeError::Startup(format!("cannot start the transactional producer: {e}")))?;
     tracing::info!(run = %txn.run_id(), "Producer ready; joining the group.");
@@ -162,13 +181,22 @@ fn main_loop(
         match consumer.poll(timeout) {
             Some(Ok(message)) => {
                 let mut engine = context.lock();
-                engine.on_message(&message)?;
+                let result = engine.on_message(&message);
+                drop(message);
+                engine.recover(consumer, result)?;
                 handled += 1;
                 if handled < HOUSEKEEPING_EVERY {
                     continue;
                 }
             }
-            // Fatal: the consumer cannot go on (fenced static member...).
+            // A static member replaced by another with the same instance
+            // id: fenced, like the producer.
+            Some(Err(KafkaError::MessageConsumptionFatal(RDKafkaErrorCode::FencedInstanceId))) => {
+                return Err(RuntimeError::Commit(CommitError::Fenced(
+                    "the group gave this instance's static membership to another consumer".into(),
+                )));
+            }
+            // Fatal: the consumer cannot go on.
             Some(Err(error @ KafkaError::MessageConsumptionFatal(_))) => {
                 return Err(RuntimeError::Kafka(error));
             }
@@ -177,7 +205,8 @@ fn main_loop(
         }
         handled = 0;
         let mut engine = context.lock();
-        engine.housekeeping(consumer)?;
+        let result = engine.housekeeping(consumer);
+        engine.recover(consumer, result)?;
         timeout = engine.poll_timeout();
     }
 }
@@ -289,14 +318,13 @@ enum InputKind {
 struct Slot {
     task: Task,
     running: bool,
-    /// Next offset to read, per input (index into `Engine::inputs`).
-    positions: Vec<Option<i64>>,
-    /// Positions as of the last commit (to rewind to on abort).
-    committed: Vec<Option<i64>>,
+    /// The group's committed offsets are not known yet (restore waits).
+    awaiting_offsets: bool,
+    /// Input positions and changelog offsets, for the commit cycle.
+    cursor: TaskCursor,
     /// First offset fetched per input while the task was still restoring;
     /// the consumer is rewound there when the task starts.
     missed: Vec<Option<i64>>,
-    changelog_offsets: ChangelogOffsets,
     /// Stats already published as metrics.
     published: Vec<NodeStats>,
 }
@@ -306,11 +334,9 @@ struct Engine {
     partitions: i32,
     state_root: PathBuf,
     inputs: Vec<Input>,
-    /// Store index → changelog topic and its tracked-topic index.
-    changelogs: Vec<(String, usize)>,
     tasks: BTreeMap<i32, Slot>,
     codecs: Codecs,
-    txn: Transactions,
+    cycle: CommitCycle,
     restorer: Restorer,
     outputs: Vec<Output>,
     /// Records consumed since the last metrics update and since the last
@@ -321,6 +347,9 @@ struct Engine {
     last_commit: Instant,
     next_punctuation: Instant,
     next_metrics: Instant,
+    /// When to ask for new tasks' committed offsets again, and to warn.
+    next_offsets_fetch: Instant,
+    next_offsets_warning: Instant,
     fatal: Option<RuntimeError>,
 }
 
@@ -336,7 +365,7 @@ impl Engine {
         options: &RunOptions,
         layout: &Layout,
         codecs: Codecs,
-        mut txn: Transactions,
+        txn: Transactions,
         restorer: Restorer,
     ) -> Engine {
         let mut inputs = Vec::new();
@@ -364,10 +393,20 @@ impl Engine {
             }
         }
 
-        let changelogs = topology
+        let changelogs: Vec<String> = topology
             .stores()
-            .map(|s| (s.changelog_topic.clone(), txn.track(&s.changelog_topic)))
+            .map(|s| s.changelog_topic.clone())
             .collect();
+        let reset = match topology.sources[0].config.offset_reset {
+            OffsetReset::Earliest => Offset::Beginning,
+            OffsetReset::Latest => Offset::End,
+        };
+        let cycle = CommitCycle::new(
+            txn,
+            inputs.iter().map(|i| i.topic.clone()).collect(),
+            &changelogs,
+            reset,
+        );
         let state_dir = options
             .state_dir
             .clone()
@@ -377,10 +416,9 @@ impl Engine {
             state_root: state_dir.join(&topology.name),
             partitions: layout.partitions,
             inputs,
-            changelogs,
             tasks: BTreeMap::new(),
             codecs,
-            txn,
+            cycle,
             restorer,
             outputs: Vec::with_capacity(64),
             consumed_unreported: 0,
@@ -389,6 +427,8 @@ impl Engine {
             last_commit: now,
             next_punctuation: now,
             next_metrics: now,
+            next_offsets_fetch: now,
+            next_offsets_warning: now,
             fatal: None,
             topology,
         }
@@ -418,7 +458,10 @@ impl Engine {
     }
 
     fn poll_timeout(&self) -> Duration {
-        if self.restorer.is_restoring() || self.txn.in_transaction() {
+        if self.restorer.is_restoring()
+            || self.cycle.txn.in_transaction()
+            || self.tasks.values().any(|s| s.awaiting_offsets)
+        {
             Duration::from_millis(10)
         } else {
             Duration::from_millis(100)
@@ -446,49 +489,151 @@ impl Engine {
     ) -> Result<(), RuntimeError> {
         let partitions = self.partitions_of(&[task]);
         consumer.pause(&partitions)?;
+        let mut state_task = self.open_state(task)?;
+        let changelog_offsets = state_task
+            .state()
+            .meta(CHANGELOG_OFFSETS)?
+            .and_then(|b| ChangelogOffsets::decode(&b))
+            .unwrap_or_default();
+        let slot = Slot {
+            task: state_task,
+            running: false,
+            awaiting_offsets: true,
+            cursor: TaskCursor {
+                positions: vec![None; self.inputs.len()],
+                committed: vec![None; self.inputs.len()],
+                changelog_offsets,
+            },
+            missed: vec![None; self.inputs.len()],
+            published: vec![NodeStats::default(); self.topology.nodes.len()],
+        };
+        self.tasks.insert(task, slot);
+        self.next_offsets_fetch = Instant::now();
+        Ok(())
+    }
+
+    /// Fetches the group's committed offsets of new tasks — where
+    /// processing resumes, and the yardstick of the position rule — and
+    /// starts their restore. Not in the assign callback: while a previous
+    /// owner's transaction holding offsets of these partitions is open, the
+    /// broker answers "unstable offset" until it ends, which can take
+    /// until that owner restarts or the transaction times out. A short
+    /// attempt per round keeps the other tasks processing meanwhile.
+    fn fetch_committed_offsets(
+        &mut self,
+        consumer: &BaseConsumer<EngineContext>,
+    ) -> Result<(), RuntimeError> {
+        let now = Instant::now();
+        if now < self.next_offsets_fetch {
+            return Ok(());
+        }
+        let awaiting: Vec<i32> = self
+            .tasks
+            .iter()
+            .filter(|(_, s)| s.awaiting_offsets)
+            .map(|(t, _)| *t)
+            .collect();
+        if awaiting.is_empty() {
+            return Ok(());
+        }
+        let partitions = self.partitions_of(&awaiting);
+        let list = match consumer.committed_offsets(partitions, Duration::from_millis(500)) {
+            Ok(list) => list,
+            Err(error) => {
+                self.next_offsets_fetch = now + Duration::from_secs(1);
+                if now >= self.next_offsets_warning {
+                    self.next_offsets_warning = now + Duration::from_secs(10);
+                    tracing::warn!(tasks = ?awaiting, %error, "The committed offsets of new tasks are not available yet (a previous owner's transaction may still be open); retrying.");
+                }
+                return Ok(());
+            }
+        };
+        let inputs: Vec<String> = self.inputs.iter().map(|i| i.topic.clone()).collect();
+        for task in awaiting {
+            let mut committed = vec![None; self.inputs.len()];
+            let mut positions = Positions::default();
+            for element in list.elements().iter().filter(|e| e.partition() == task) {
+                if let (Offset::Offset(o), Some(i)) =
+                    (element.offset(), self.input_of(element.topic()))
+                {
+                    committed[i] = Some(o);
+                    positions.0.insert((element.topic().to_string(), task), o);
+                }
+            }
+            let saved = match self.tasks.get(&task) {
+                Some(slot) => slot.cursor.changelog_offsets.0.clone(),
+                None => continue,
+            };
+            let out_of_range = self.restorer.out_of_range(task, &saved)?;
+            if !out_of_range.is_empty() {
+                tracing::warn!(
+                    task,
+                    changelogs = ?out_of_range,
+                    "The changelog no longer holds where this task's local state stopped (re-created or \
+                     truncated); wiping the local state and restoring it in full from the earliest offset."
+                );
+                self.wipe_state(task)?;
+            }
+            let Some(slot) = self.tasks.get_mut(&task) else {
+                continue;
+            };
+            slot.awaiting_offsets = false;
+            slot.cursor.positions.clone_from(&committed);
+            slot.cursor.committed = committed;
+            self.restorer.add(
+                task,
+                &slot.cursor.changelog_offsets.0,
+                positions,
+                inputs.clone(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The task over its RocksDB state.
+    fn open_state(&self, task: i32) -> Result<Task, RuntimeError> {
         let stores: Vec<String> = self.topology.stores().map(|s| s.name.clone()).collect();
         let path = self.state_root.join(task.to_string());
         let backend = RocksBackend::open(&path, &stores)?;
-        let mut state_task = Task::new(
+        Ok(Task::new(
             Arc::clone(&self.topology),
             Box::new(backend),
             Routing::Partitioned {
                 partition: task,
                 partitions: self.partitions,
             },
-        )?;
-        let changelog_offsets = state_task
-            .state()
-            .meta(CHANGELOG_OFFSETS)?
-            .and_then(|b| ChangelogOffsets::decode(&b))
-            .unwrap_or_default();
-        // The group's committed offsets: where processing resumes, and the
-        // yardstick of the position rule.
-        let committed_list =
-            consumer.committed_offsets(partitions.clone(), Duration::from_secs(10))?;
-        let mut committed = vec![None; self.inputs.len()];
-        let mut committed_positions = Positions::default();
-        for element in committed_list.elements() {
-            if let (Offset::Offset(o), Some(i)) = (element.offset(), self.input_of(element.topic()))
-            {
-                committed[i] = Some(o);
-                committed_positions
-                    .0
-                    .insert((element.topic().to_string(), task), o);
-            }
-        }
-        self.restorer
-            .add(task, &changelog_offsets.0, committed_positions)?;
-        let slot = Slot {
-            task: state_task,
-            running: false,
-            positions: committed.clone(),
-            committed,
-            missed: vec![None; self.inputs.len()],
-            changelog_offsets,
-            published: vec![NodeStats::default(); self.topology.nodes.len()],
+        )?)
+    }
+
+    /// Replaces a task's local state with an empty one, for a full
+    /// restore.
+    fn wipe_state(&mut self, task: i32) -> Result<(), RuntimeError> {
+        let path = self.state_root.join(task.to_string());
+        // The database must be closed before its files go.
+        let fresh = {
+            let Some(slot) = self.tasks.get_mut(&task) else {
+                return Ok(());
+            };
+            let placeholder = Task::new(
+                Arc::clone(&self.topology),
+                Box::new(crate::state::memory::MemoryBackend::new(
+                    self.topology.stores().count(),
+                )),
+                Routing::Direct,
+            )?;
+            drop(std::mem::replace(&mut slot.task, placeholder));
+            std::fs::remove_dir_all(&path).map_err(|e| {
+                RuntimeError::State(crate::state::StateError::Backend(format!(
+                    "cannot remove {}: {e}",
+                    path.display()
+                )))
+            })?;
+            self.open_state(task)?
         };
-        self.tasks.insert(task, slot);
+        if let Some(slot) = self.tasks.get_mut(&task) {
+            slot.task = fresh;
+            slot.cursor.changelog_offsets = ChangelogOffsets::default();
+        }
         Ok(())
     }
 
@@ -516,7 +661,7 @@ impl Engine {
         // Re-read what was fetched before the partitions were paused.
         for (i, missed) in slot.missed.iter_mut().enumerate() {
             if let Some(offset) = missed.take() {
-                let target = slot.positions[i].unwrap_or(offset).min(offset);
+                let target = slot.cursor.positions[i].unwrap_or(offset).min(offset);
                 consumer.seek(
                     &self.inputs[i].topic,
                     task,
@@ -537,14 +682,14 @@ impl Engine {
     /// Revoked tasks: commit what they did (unless the assignment was
     /// lost, when committing would fail) and close them.
     fn revoked(&mut self, consumer: &BaseConsumer<EngineContext>, tasks: &[i32], lost: bool) {
-        if lost {
-            if let Err(e) = self.txn.abort() {
-                self.fail(RuntimeError::Commit(e));
-            }
-            for slot in self.tasks.values_mut() {
-                slot.task.abort();
-            }
-        } else if let Err(e) = self.commit(consumer) {
+        // Lost partitions cannot be committed: the whole transaction is
+        // abandoned and every task, kept or not, rewound.
+        let result = if lost {
+            self.rewind(consumer)
+        } else {
+            self.commit(consumer)
+        };
+        if let Err(e) = result {
             self.fail(e);
         }
         for task in tasks {
@@ -572,7 +717,7 @@ impl Engine {
             slot.missed[input].get_or_insert(message.offset());
             return Ok(());
         }
-        self.txn.begin().map_err(RuntimeError::Commit)?;
+        self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
         let headers: Vec<(String, Vec<u8>)> = match message.headers() {
             Some(h) => h
                 .iter()
@@ -679,7 +824,7 @@ impl Engine {
             task: partition,
             source,
         })?;
-        slot.positions[input] = Some(message.offset() + 1);
+        slot.cursor.positions[input] = Some(message.offset() + 1);
         self.consumed_unreported += 1;
         self.consumed_uncommitted += 1;
         let produced = self.produce(&mut outputs, Some(&origin));
@@ -723,7 +868,8 @@ impl Engine {
                             continue;
                         }
                     };
-                    self.txn
+                    self.cycle
+                        .txn
                         .send(Produce {
                             topic: &self.topology.sinks[sink].config.topic,
                             partition: None,
@@ -756,7 +902,8 @@ impl Engine {
                         .repartition_topic
                         .as_deref()
                         .unwrap_or_default();
-                    self.txn
+                    self.cycle
+                        .txn
                         .send(Produce {
                             topic,
                             partition: Some(partition_for(key, self.partitions)),
@@ -776,7 +923,8 @@ impl Engine {
 
     fn send_dead_letter(&mut self, letter: &super::task::DeadLetter) -> Result<(), RuntimeError> {
         tracing::debug!(node = %letter.node, reason = letter.header(super::task::dlq_headers::REASON), "Dead letter.");
-        self.txn
+        self.cycle
+            .txn
             .send(Produce {
                 topic: &self.topology.dead_letter_topic,
                 partition: None,
@@ -796,15 +944,21 @@ impl Engine {
         }
         self.now = wall_clock_ms();
         let now = Instant::now();
-        self.txn.poll();
+        self.cycle.txn.poll();
+        self.fetch_committed_offsets(consumer)?;
         if self.restorer.is_restoring() {
             self.restore_step(consumer)?;
         }
         if now >= self.next_punctuation {
             self.next_punctuation = now + self.topology.processing.punctuation_interval.0;
-            self.punctuate()?;
+            if self.punctuate()? {
+                // More timers are due than one round fires (after
+                // downtime): commit this round and fire the next at once.
+                self.commit(consumer)?;
+                self.next_punctuation = now;
+            }
         }
-        if self.txn.in_transaction()
+        if self.cycle.txn.in_transaction()
             && now.duration_since(self.last_commit) >= self.topology.processing.commit_interval().0
         {
             self.commit(consumer)?;
@@ -828,12 +982,18 @@ impl Engine {
             let Some(slot) = self.tasks.get_mut(&task) else {
                 continue;
             };
-            slot.changelog_offsets.0.extend(progress.offsets);
+            slot.cursor.changelog_offsets.0.extend(progress.offsets);
             let meta = [(
                 CHANGELOG_OFFSETS.to_string(),
-                slot.changelog_offsets.encode(),
+                slot.cursor.changelog_offsets.encode(),
             )];
             slot.task.state().restore(&progress.writes, &meta)?;
+            if !progress.writes.is_empty() {
+                self.cycle
+                    .txn
+                    .fault(FaultPoint::Restore)
+                    .map_err(RuntimeError::Commit)?;
+            }
             if progress.done {
                 self.start_task(consumer, task)?;
             }
@@ -841,8 +1001,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Fires wall-clock timers of every running task.
-    fn punctuate(&mut self) -> Result<(), RuntimeError> {
+    /// Fires wall-clock timers of every running task; returns whether a
+    /// task has more due than one round fires.
+    fn punctuate(&mut self) -> Result<bool, RuntimeError> {
         let now = self.now;
         let mut outputs = std::mem::take(&mut self.outputs);
         let tasks: Vec<i32> = self
@@ -851,120 +1012,84 @@ impl Engine {
             .filter(|(_, s)| s.running)
             .map(|(t, _)| *t)
             .collect();
+        let mut more = false;
         for task in tasks {
             if let Some(slot) = self.tasks.get_mut(&task) {
                 slot.task.set_processing_time(now);
-                slot.task
+                more |= slot
+                    .task
                     .punctuate(&mut outputs)
                     .map_err(|source| RuntimeError::Task { task, source })?;
                 let dirty = slot.task.state().has_pending();
-                if !outputs.is_empty() || dirty {
-                    self.txn.begin().map_err(RuntimeError::Commit)?;
+                let fired = !outputs.is_empty();
+                if fired || dirty {
+                    self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
                 }
                 self.produce(&mut outputs, None)?;
-            }
-        }
-        self.outputs = outputs;
-        Ok(())
-    }
-
-    /// Commits the open transaction with every running task's changelogs
-    /// and positions; on abort rewinds to the last commit.
-    fn commit(&mut self, consumer: &BaseConsumer<EngineContext>) -> Result<(), RuntimeError> {
-        if !self.txn.in_transaction() {
-            return Ok(());
-        }
-        let mut pending: Vec<(i32, Vec<ChangelogEntry>)> = Vec::new();
-        let mut offsets = Vec::new();
-        for (&task, slot) in &mut self.tasks {
-            if !slot.running {
-                continue;
-            }
-            let entries = slot.task.state().changelog()?;
-            let positions = Positions(
-                slot.positions
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, p)| p.map(|p| ((self.inputs[i].topic.clone(), task), p)))
-                    .collect(),
-            );
-            if !entries.is_empty() {
-                let header = [(POSITION_HEADER.to_string(), positions.encode())];
-                for entry in &entries {
-                    let (topic, tracked) = &self.changelogs[entry.store];
-                    self.txn
-                        .send(Produce {
-                            topic,
-                            partition: Some(task),
-                            key: Some(&entry.key),
-                            payload: entry.value.as_deref(),
-                            headers: &header,
-                            timestamp: Some(self.now),
-                            tracked: *tracked,
-                        })
+                if fired {
+                    self.cycle
+                        .txn
+                        .fault(FaultPoint::Timers)
                         .map_err(RuntimeError::Commit)?;
                 }
             }
-            offsets.extend(positions.0.into_iter().map(|((topic, p), o)| (topic, p, o)));
-            pending.push((task, entries));
         }
-        let list = offsets_list(offsets);
-        match self.txn.commit(consumer, &list) {
-            Ok(delivered) => {
-                for (task, entries) in pending {
-                    let Some(slot) = self.tasks.get_mut(&task) else {
-                        continue;
-                    };
-                    for (topic, _) in &self.changelogs {
-                        if let Some(offset) = delivered.get(&(topic.clone(), task)) {
-                            slot.changelog_offsets.0.insert(topic.clone(), offset + 1);
-                        }
-                    }
-                    let meta = [
-                        (
-                            CHANGELOG_OFFSETS.to_string(),
-                            slot.changelog_offsets.encode(),
-                        ),
-                        (
-                            EVENT_TIME.to_string(),
-                            slot.task.clocks().event.to_string().into_bytes(),
-                        ),
-                    ];
-                    slot.task.state().committed(entries, &meta)?;
-                    slot.committed = slot.positions.clone();
-                }
-                self.last_commit = Instant::now();
-                metrics::counter!(telemetry::RECORDS_COMMITTED, "topology" => self.topology.name.clone())
-                    .increment(std::mem::take(&mut self.consumed_uncommitted));
-                Ok(())
+        self.outputs = outputs;
+        Ok(more)
+    }
+
+    /// Every task, for the commit cycle.
+    fn cycle_tasks(tasks: &mut BTreeMap<i32, Slot>) -> Vec<CycleTask<'_>> {
+        tasks
+            .iter_mut()
+            .map(|(&id, slot)| CycleTask {
+                id,
+                task: &mut slot.task,
+                cursor: &mut slot.cursor,
+                running: slot.running,
+            })
+            .collect()
+    }
+
+    /// Commits the open transaction with every running task's changelogs
+    /// and positions; when it aborts, rewinds to the last commit.
+    fn commit(&mut self, consumer: &BaseConsumer<EngineContext>) -> Result<(), RuntimeError> {
+        if !self.cycle.txn.in_transaction() {
+            return Ok(());
+        }
+        let tasks = Self::cycle_tasks(&mut self.tasks);
+        let result = self.cycle.commit(consumer, tasks, self.now);
+        if result.is_ok() {
+            self.last_commit = Instant::now();
+            metrics::counter!(telemetry::RECORDS_COMMITTED, "topology" => self.topology.name.clone())
+                .increment(std::mem::take(&mut self.consumed_uncommitted));
+        }
+        self.recover(consumer, result)
+    }
+
+    /// An abortable failure anywhere in the cycle (a produce the broker
+    /// refused, a failed offsets send or commit, an injected fault) aborts
+    /// the transaction and rewinds every task; anything else stops the
+    /// loop.
+    fn recover(
+        &mut self,
+        consumer: &BaseConsumer<EngineContext>,
+        result: Result<(), RuntimeError>,
+    ) -> Result<(), RuntimeError> {
+        match result {
+            Err(RuntimeError::Commit(CommitError::Aborted(reason))) => {
+                tracing::warn!(%reason, "The transaction failed; aborting and rewinding to the last commit.");
+                self.rewind(consumer)
             }
-            Err(CommitError::Aborted(reason)) => {
-                tracing::warn!(%reason, "Transaction aborted; rewinding to the last commit.");
-                self.abort(consumer)
-            }
-            Err(fatal) => Err(RuntimeError::Commit(fatal)),
+            other => other,
         }
     }
 
-    fn abort(&mut self, consumer: &BaseConsumer<EngineContext>) -> Result<(), RuntimeError> {
-        self.txn.abort().map_err(RuntimeError::Commit)?;
+    fn rewind(&mut self, consumer: &BaseConsumer<EngineContext>) -> Result<(), RuntimeError> {
         // They will be consumed again.
         self.consumed_uncommitted = 0;
-        let reset = match self.topology.sources[0].config.offset_reset {
-            OffsetReset::Earliest => Offset::Beginning,
-            OffsetReset::Latest => Offset::End,
-        };
-        for (&task, slot) in &mut self.tasks {
-            slot.task.abort();
-            if !slot.running {
-                continue;
-            }
-            for (i, committed) in slot.committed.iter().enumerate() {
-                let offset = committed.map_or(reset, Offset::Offset);
-                consumer.seek(&self.inputs[i].topic, task, offset, Duration::from_secs(10))?;
-            }
-            slot.positions = slot.committed.clone();
-        }
+        let tasks = Self::cycle_tasks(&mut self.tasks);
+        self.cycle.rewind(consumer, tasks)?;
         self.last_commit = Instant::now();
         Ok(())
     }
@@ -979,7 +1104,7 @@ impl Engine {
         let result = if clean {
             self.commit(consumer)
         } else {
-            self.txn.abort().map_err(RuntimeError::Commit)
+            self.cycle.txn.abort().map_err(RuntimeError::Commit)
         };
         let tasks: Vec<i32> = self.tasks.keys().copied().collect();
         for task in tasks {
@@ -988,7 +1113,7 @@ impl Engine {
             }
             let _ = self.restorer.remove(task);
         }
-        self.txn.flush();
+        self.cycle.txn.flush();
         result
     }
 }
@@ -997,7 +1122,7 @@ impl Engine {
 /// its gauges.
 fn publish_task_metrics(app: &str, task: i32, slot: &mut Slot, closing: bool) {
     let partition = task.to_string();
-    for (index, (node, stats)) in slot.task.stats().enumerate() {
+    for (index, (node, stats)) in slot.task.committed_stats().enumerate() {
         let before = &slot.published[index];
         for counter in NodeCounter::ALL {
             let delta = stats.get(counter) - before.get(counter);
@@ -1016,7 +1141,11 @@ fn publish_task_metrics(app: &str, task: i32, slot: &mut Slot, closing: bool) {
                 .set(ratio);
         }
     }
-    slot.published = slot.task.stats().map(|(_, s)| s.clone()).collect();
+    slot.published = slot
+        .task
+        .committed_stats()
+        .map(|(_, s)| s.clone())
+        .collect();
 }
 
 /// Parses `topic/partition/offset/seq`.

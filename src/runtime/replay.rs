@@ -131,7 +131,11 @@ pub fn replay(
             .set("transactional.id", &group)
             .set("enable.idempotence", "true")
             .set("partitioner", "murmur2_random");
-        Some(Transactions::new(&config, true, false)?)
+        Some(Transactions::new(
+            &config,
+            true,
+            &super::commit::TestHooks::default(),
+        )?)
     };
     let mut positions: BTreeMap<i32, i64> = BTreeMap::new();
     let mut in_batch = 0;

@@ -25,7 +25,7 @@ use rdkafka::message::Headers;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, Message, Statistics};
 
-use super::changelog::{POSITION_HEADER, Positions};
+use super::changelog::{POSITION_HEADER, Positions, Verdict};
 use crate::state::RawWrite;
 use crate::telemetry;
 
@@ -100,6 +100,10 @@ pub struct Progress {
     pub offsets: BTreeMap<String, i64>,
     pub restored: u64,
     pub skipped: u64,
+    /// Of the skipped, those whose input has no committed offset at all.
+    pub never_committed: u64,
+    /// Records applied although their transaction could not be verified.
+    pub unverified: u64,
     /// Every changelog partition of the task is caught up.
     pub done: bool,
 }
@@ -107,9 +111,13 @@ pub struct Progress {
 /// A task being restored.
 struct Restoring {
     committed: Positions,
+    /// The task's current input topics.
+    inputs: Vec<String>,
     started: Instant,
     restored: u64,
     skipped: u64,
+    never_committed: u64,
+    unverified: u64,
 }
 
 pub struct Restorer {
@@ -152,14 +160,45 @@ impl Restorer {
         })
     }
 
+    /// The changelog partitions of `task` whose `saved` offset (as stored
+    /// with its state) lies outside what the topic holds now: the topic
+    /// was re-created, or truncated past it (DeleteRecords, retention on a
+    /// changelog that is not compacted). Local state is then not a prefix
+    /// of the changelog, and only a full restore can be trusted.
+    pub fn out_of_range(
+        &self,
+        task: i32,
+        saved: &BTreeMap<String, i64>,
+    ) -> Result<Vec<String>, KafkaError> {
+        let mut out = Vec::new();
+        for reader in &self.readers {
+            let Some(&from) = saved.get(&reader.topic) else {
+                continue;
+            };
+            let (low, high) =
+                reader
+                    .consumer
+                    .fetch_watermarks(&reader.topic, task, Duration::from_secs(10))?;
+            if from < low || from > high {
+                out.push(format!(
+                    "{} partition {task}: state is at offset {from}, the topic holds {low}..{high}",
+                    reader.topic
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     /// Starts restoring `task` from `saved` (next offset per changelog
     /// topic, as stored with its state); `committed` are the group's
-    /// committed input offsets, the yardstick of the position rule.
+    /// committed offsets of its `inputs`, the yardstick of the position
+    /// rule.
     pub fn add(
         &mut self,
         task: i32,
         saved: &BTreeMap<String, i64>,
         committed: Positions,
+        inputs: Vec<String>,
     ) -> Result<(), KafkaError> {
         for reader in &mut self.readers {
             let from = saved.get(&reader.topic).copied().unwrap_or(0);
@@ -171,9 +210,12 @@ impl Restorer {
             task,
             Restoring {
                 committed,
+                inputs,
                 started: Instant::now(),
                 restored: 0,
                 skipped: 0,
+                never_committed: 0,
+                unverified: 0,
             },
         );
         Ok(())
@@ -240,15 +282,24 @@ impl Restorer {
                     .and_then(|h| h.iter().find(|h| h.key == POSITION_HEADER))
                     .and_then(|h| h.value)
                     .and_then(Positions::decode);
-                let applies = match (&position, self.tasks.get(&task)) {
+                let verdict = match (&position, self.tasks.get(&task)) {
                     (Some(position), Some(restoring)) => {
-                        position.committed_under(&restoring.committed)
+                        position.verdict(&restoring.committed, &restoring.inputs)
                     }
-                    _ => true,
+                    _ => Verdict::Committed,
                 };
-                if !applies {
-                    entry.skipped += 1;
-                    continue;
+                match verdict {
+                    Verdict::Committed => {}
+                    Verdict::Uncommitted => {
+                        entry.skipped += 1;
+                        continue;
+                    }
+                    Verdict::NeverCommitted => {
+                        entry.skipped += 1;
+                        entry.never_committed += 1;
+                        continue;
+                    }
+                    Verdict::Unknown => entry.unverified += 1,
                 }
                 let Some(key) = message.key() else { continue };
                 entry.restored += 1;
@@ -273,10 +324,16 @@ impl Restorer {
             if let Some(restoring) = self.tasks.get_mut(task) {
                 restoring.restored += p.restored;
                 restoring.skipped += p.skipped;
+                restoring.unverified += p.unverified;
+                restoring.never_committed += p.never_committed;
             }
             if p.restored > 0 {
                 metrics::counter!(telemetry::RESTORE_RECORDS, "topology" => self.app.clone(), "partition" => task.to_string())
                     .increment(p.restored);
+            }
+            if p.unverified > 0 {
+                metrics::counter!(telemetry::RESTORE_UNVERIFIED, "topology" => self.app.clone(), "partition" => task.to_string())
+                    .increment(p.unverified);
             }
             if p.skipped > 0 {
                 metrics::counter!(telemetry::RESTORE_SKIPPED, "topology" => self.app.clone(), "partition" => task.to_string())
@@ -291,6 +348,27 @@ impl Restorer {
             .collect();
         for task in finished {
             if let Some(done) = self.tasks.remove(&task) {
+                if done.never_committed > 0 {
+                    tracing::warn!(
+                        task,
+                        skipped = done.never_committed,
+                        "Restore skipped changelog records stamped with input partitions that have \
+                         no committed offset. That is right after a crash before the first commit; \
+                         if the group's offsets expired (offsets.retention.minutes), the state they \
+                         held is gone and the inputs are re-read from auto.offset.reset."
+                    );
+                }
+                if done.unverified > 0 {
+                    tracing::warn!(
+                        task,
+                        unverified = done.unverified,
+                        "Restore applied changelog records whose transaction could not be verified: \
+                         an input partition they were stamped with has no committed offset (an input \
+                         left the topology, or the group's offsets expired). They are kept, since \
+                         dropping committed state would be worse; on a broker that hides aborted \
+                         transactions (Apache Kafka) they are all committed."
+                    );
+                }
                 tracing::info!(
                     task,
                     restored = done.restored,

@@ -36,8 +36,18 @@ pub mod dlq_headers {
     pub const ALL: &[&str] = &[TOPIC, PARTITION, OFFSET, NODE, CLASS, REASON, ATTEMPTS];
 }
 
-/// Timers handled per call, so one busy clock cannot starve input.
+/// Timers read from a store at a time.
 const TIMER_BATCH: usize = 1024;
+
+/// Timers fired per record (event clock): leftovers fire with later
+/// records or at the next punctuation.
+const TIMERS_PER_RECORD: usize = TIMER_BATCH;
+
+/// Timers fired per punctuation. After downtime a task may have millions
+/// of overdue timers; firing them in bounded rounds, with a commit after
+/// each, keeps a transaction's size and memory bounded and its duration
+/// well inside `transaction.timeout.ms`.
+pub const TIMERS_PER_PUNCTUATION: usize = 10_000;
 
 /// What processing produced.
 #[derive(Clone, Debug, PartialEq)]
@@ -137,6 +147,17 @@ pub struct Task {
     /// the task is idle for `processing.idle_advance`, event time follows
     /// the wall clock from there.
     last_record: Option<(Timestamp, Timestamp)>,
+    /// Per-task memory as of the last commit, restored on abort.
+    committed: Snapshot,
+}
+
+/// Everything a task keeps in memory besides its stores' pending writes,
+/// as of a commit: what an abort must return to.
+#[derive(Clone, Debug, Default)]
+struct Snapshot {
+    event_time: Timestamp,
+    last_record: Option<(Timestamp, Timestamp)>,
+    stats: Vec<NodeStats>,
 }
 
 impl Task {
@@ -167,10 +188,15 @@ impl Task {
                 stats: NodeStats::default(),
             });
         }
+        let committed = Snapshot {
+            stats: vec![NodeStats::default(); nodes.len()],
+            ..Snapshot::default()
+        };
         Ok(Task {
             topology,
             state,
             nodes,
+            committed,
             clocks: Clocks::default(),
             routing,
             last_record: None,
@@ -201,6 +227,8 @@ impl Task {
                 });
             }
         }
+        // What `on_start` counted (open folds...) is committed state.
+        self.snapshot();
         Ok(())
     }
 
@@ -223,6 +251,15 @@ impl Task {
     pub fn resume_event_time(&mut self, ts: Timestamp) {
         self.advance_event_time(ts);
         self.last_record = Some((self.clocks.processing, self.clocks.event));
+        self.snapshot();
+    }
+
+    fn snapshot(&mut self) {
+        self.committed.event_time = self.clocks.event;
+        self.committed.last_record = self.last_record;
+        for (saved, node) in self.committed.stats.iter_mut().zip(&self.nodes) {
+            saved.clone_from(&node.stats);
+        }
     }
 
     /// Moves the task's event time forward (never back).
@@ -239,13 +276,44 @@ impl Task {
             .map(|(def, node)| (def.name.as_str(), &node.stats))
     }
 
-    /// The transaction aborted: drop pending state and what timers know.
+    /// Per node: its name and counters as of the last commit (what the
+    /// runtime publishes: work an abort undoes is never counted).
+    pub fn committed_stats(&self) -> impl Iterator<Item = (&str, &NodeStats)> {
+        self.topology
+            .nodes
+            .iter()
+            .zip(&self.committed.stats)
+            .map(|(def, stats)| (def.name.as_str(), stats))
+    }
+
+    /// The transaction carrying `entries` committed: apply them to the
+    /// stores with `meta` in one batch, and remember the task's memory as
+    /// of this commit.
+    pub fn committed(
+        &mut self,
+        entries: Vec<crate::state::ChangelogEntry>,
+        meta: &[(String, Vec<u8>)],
+    ) -> Result<(), StateError> {
+        self.state.committed(entries, meta)?;
+        self.snapshot();
+        Ok(())
+    }
+
+    /// The transaction aborted: return to the last commit. Pending writes
+    /// are dropped, the timer cache forgotten, and the event clock, the
+    /// idle tracking and the counters restored, so records consumed again
+    /// meet exactly what their first attempt met.
     pub fn abort(&mut self) {
         self.state.abort();
         for node in &mut self.nodes {
             if let Some(timers) = &mut node.timers {
                 timers.reset();
             }
+        }
+        self.clocks.event = self.committed.event_time;
+        self.last_record = self.committed.last_record;
+        for (node, saved) in self.nodes.iter_mut().zip(&self.committed.stats) {
+            node.stats.clone_from(saved);
         }
     }
 
@@ -295,7 +363,8 @@ impl Task {
         self.advance_event_time(record.timestamp);
         self.last_record = Some((self.clocks.processing, self.clocks.event));
         self.deliver(&topology, &def.targets, record, Some(origin), out)?;
-        self.fire_timers(Clock::Event, out)
+        self.fire_timers(Clock::Event, out, TIMERS_PER_RECORD)?;
+        Ok(())
     }
 
     /// One record read back from node `node`'s repartition topic, for its
@@ -332,40 +401,55 @@ impl Task {
         self.last_record = Some((self.clocks.processing, self.clocks.event));
         let topology = Arc::clone(&self.topology);
         self.run_node(&topology, node, input, record, Some(origin), out)?;
-        self.fire_timers(Clock::Event, out)
+        self.fire_timers(Clock::Event, out, TIMERS_PER_RECORD)?;
+        Ok(())
     }
 
     /// The wall-clock tick: fires processing-time timers and, when the task
     /// has been idle for `processing.idle_advance`, moves its event time
     /// forward with the wall clock and fires the event-time timers that
     /// come due, so an idle partition still closes its event-time folds.
-    pub fn punctuate(&mut self, out: &mut Vec<Output>) -> Result<(), TaskError> {
-        self.fire_timers(Clock::Processing, out)?;
-        let (Some(idle), Some((wall, event))) =
+    ///
+    /// Fires at most [`TIMERS_PER_PUNCTUATION`] timers; returns whether
+    /// more may be due (the caller commits and punctuates again).
+    pub fn punctuate(&mut self, out: &mut Vec<Output>) -> Result<bool, TaskError> {
+        let mut budget = TIMERS_PER_PUNCTUATION;
+        budget -= self.fire_timers(Clock::Processing, out, budget)?;
+        if let (Some(idle), Some((wall, event))) =
             (self.topology.processing.idle_advance, self.last_record)
-        else {
-            return Ok(());
-        };
-        let idle_for = self.clocks.processing - wall;
-        if idle_for >= idle.as_millis() {
-            self.advance_event_time(event.saturating_add(idle_for));
-            self.fire_timers(Clock::Event, out)?;
+        {
+            let idle_for = self.clocks.processing - wall;
+            if idle_for >= idle.as_millis() {
+                self.advance_event_time(event.saturating_add(idle_for));
+            }
         }
-        Ok(())
+        // Also what records left due (they fire a bounded number each).
+        budget -= self.fire_timers(Clock::Event, out, budget)?;
+        Ok(budget == 0)
     }
 
-    /// Fires every timer of `clock` due at the task's current time on that
-    /// clock.
-    pub fn fire_timers(&mut self, clock: Clock, out: &mut Vec<Output>) -> Result<(), TaskError> {
+    /// Fires up to `budget` timers of `clock` due at the task's current
+    /// time on that clock; returns how many fired.
+    pub fn fire_timers(
+        &mut self,
+        clock: Clock,
+        out: &mut Vec<Output>,
+        budget: usize,
+    ) -> Result<usize, TaskError> {
         // Called per record for the event clock: clone only when due.
         let mut topology: Option<Arc<Topology>> = None;
         let now = self.clocks.now(clock);
+        let mut fired = 0;
         for index in 0..self.nodes.len() {
-            while let Some(timers) = &mut self.nodes[index].timers {
-                let due = timers.due(&mut self.state, clock, now, TIMER_BATCH)?;
+            while fired < budget
+                && let Some(timers) = &mut self.nodes[index].timers
+            {
+                let limit = TIMER_BATCH.min(budget - fired);
+                let due = timers.due(&mut self.state, clock, now, limit)?;
                 if due.is_empty() {
                     break;
                 }
+                fired += due.len();
                 for timer in due {
                     let mut emitted = Vec::new();
                     let result = {
@@ -388,7 +472,7 @@ impl Task {
                 }
             }
         }
-        Ok(())
+        Ok(fired)
     }
 
     fn deliver(

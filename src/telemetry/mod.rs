@@ -227,12 +227,17 @@ pub const COMMIT_DURATION: &str = "streamfold_commit_duration_seconds";
 pub const TRANSACTIONS_COMMITTED: &str = "streamfold_transactions_committed_total";
 /// Transactions aborted.
 pub const TRANSACTIONS_ABORTED: &str = "streamfold_transactions_aborted_total";
+/// Duration of each abort (purge, drain, abort request).
+pub const ABORT_DURATION: &str = "streamfold_transaction_abort_duration_seconds";
 /// Changelog records applied while restoring state.
 pub const RESTORE_RECORDS: &str = "streamfold_restore_records_restored_total";
 /// Changelog records skipped while restoring (written by transactions that
 /// did not commit).
 pub const RESTORE_SKIPPED: &str = "streamfold_restore_records_skipped_total";
 /// Changelog records left to restore.
+/// Changelog records applied during restore although the position rule
+/// could not verify their transaction (an input without committed offset).
+pub const RESTORE_UNVERIFIED: &str = "streamfold_restore_records_unverified_total";
 pub const RESTORE_REMAINING: &str = "streamfold_restore_records_remaining";
 /// Consumer lag per input partition, from librdkafka statistics.
 pub const CONSUMER_LAG: &str = "streamfold_consumer_lag_records";

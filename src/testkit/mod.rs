@@ -511,21 +511,26 @@ impl Driver {
         while self.now < target {
             self.now = (self.now + self.tick).min(target);
             self.task.set_processing_time(self.now);
-            let mut outputs = Vec::new();
-            self.task.punctuate(&mut outputs)?;
-            if !outputs.is_empty() {
-                self.collect(outputs, None);
+            // Bounded rounds, committed one by one, as the runtime does.
+            loop {
+                let mut outputs = Vec::new();
+                let more = self.task.punctuate(&mut outputs)?;
+                if !outputs.is_empty() {
+                    self.collect(outputs, None);
+                }
+                self.commit()?;
+                if !more {
+                    break;
+                }
             }
-            self.commit()?;
         }
         Ok(())
     }
 
     fn commit(&mut self) -> Result<(), StateError> {
-        let state = self.task.state();
-        if state.has_pending() {
-            let entries = state.changelog()?;
-            state.committed(entries, &[])?;
+        if self.task.state().has_pending() {
+            let entries = self.task.state().changelog()?;
+            self.task.committed(entries, &[])?;
         }
         Ok(())
     }

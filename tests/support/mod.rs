@@ -169,9 +169,33 @@ pub fn create_topic(name: &str, partitions: i32) {
     }
 }
 
+/// Where each delivered record went: the end offset (last offset + 1)
+/// per `(topic, partition)`. nisshi 0.7.0 answers ListOffsets with the
+/// last batch's base offset + 1, not the high watermark, so tests learn
+/// the end of an input topic from the producer that wrote it.
+#[derive(Default)]
+pub struct Delivered(Mutex<BTreeMap<(String, i32), i64>>);
+
+impl rdkafka::ClientContext for Delivered {}
+
+impl rdkafka::producer::ProducerContext for Delivered {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        let message = result
+            .as_ref()
+            .unwrap_or_else(|(e, _)| panic!("a test record was not delivered: {e}"));
+        let mut ends = self.0.lock().unwrap();
+        let end = ends
+            .entry((message.topic().to_string(), message.partition()))
+            .or_insert(0);
+        *end = (*end).max(message.offset() + 1);
+    }
+}
+
 /// A producer with the Java client's partitioner.
 pub struct TestProducer {
-    inner: BaseProducer,
+    inner: BaseProducer<Delivered>,
 }
 
 impl TestProducer {
@@ -182,9 +206,18 @@ impl TestProducer {
                 .set("partitioner", "murmur2_random")
                 .set("linger.ms", "10")
                 .set("enable.idempotence", "true")
-                .create()
+                .create_with_context(Delivered::default())
                 .unwrap(),
         }
+    }
+
+    /// The end offset of each of `partitions` partitions of `topic`, as
+    /// far as this producer wrote it (flush first).
+    pub fn ends(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        let ends = self.inner.context().0.lock().unwrap();
+        (0..partitions)
+            .map(|p| ends.get(&(topic.to_string(), p)).copied().unwrap_or(0))
+            .collect()
     }
 
     pub fn send(&self, topic: &str, key: Option<&[u8]>, payload: &[u8], headers: &[(&str, &str)]) {
@@ -362,6 +395,8 @@ pub struct AppConfig {
     pub state_dir: PathBuf,
     pub env: Vec<(String, String)>,
     pub txn_header: bool,
+    /// More `run` arguments (`--txn-journal`, `--inject-fault`...).
+    pub args: Vec<String>,
 }
 
 pub fn streamfold_binary() -> PathBuf {
@@ -396,6 +431,7 @@ impl App {
         if config.txn_header {
             command.arg("--txn-header");
         }
+        command.args(&config.args);
         for (k, v) in &config.env {
             command.env(k, v);
         }
@@ -583,4 +619,244 @@ pub fn by_key(records: &[Consumed]) -> BTreeMap<String, Vec<&Consumed>> {
             .push(r);
     }
     out
+}
+
+/// What a `--txn-journal` file says: which transactions (`<run>:<seq>`)
+/// began, committed and were aborted. A transaction that began and neither
+/// committed nor aborted was open when its process died.
+#[derive(Debug, Default)]
+pub struct TxnJournal {
+    pub begun: std::collections::BTreeSet<String>,
+    pub committed: std::collections::BTreeSet<String>,
+    pub aborted: std::collections::BTreeSet<String>,
+}
+
+impl TxnJournal {
+    pub fn read(path: &Path) -> TxnJournal {
+        let mut journal = TxnJournal::default();
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for line in text.lines() {
+            let (event, label) = line
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("journal line `{line}`"));
+            let set = match event {
+                "begin" => &mut journal.begun,
+                "committed" => &mut journal.committed,
+                "aborted" => &mut journal.aborted,
+                other => panic!("unknown journal event `{other}`"),
+            };
+            assert!(
+                set.insert(label.to_string()),
+                "`{line}` twice in the journal"
+            );
+        }
+        for label in journal.committed.iter().chain(&journal.aborted) {
+            assert!(
+                journal.begun.contains(label),
+                "{label} ended without beginning"
+            );
+        }
+        assert!(
+            journal.committed.is_disjoint(&journal.aborted),
+            "a transaction both committed and aborted"
+        );
+        journal
+    }
+
+    /// Began and did not commit: aborted, or open at a kill.
+    pub fn uncommitted(&self) -> std::collections::BTreeSet<String> {
+        self.begun.difference(&self.committed).cloned().collect()
+    }
+
+    /// Began, and neither committed nor aborted.
+    pub fn open_at_kill(&self) -> std::collections::BTreeSet<String> {
+        self.uncommitted()
+            .difference(&self.aborted)
+            .cloned()
+            .collect()
+    }
+}
+
+/// What nisshi 0.7.0 answers for the high watermark of each partition of
+/// `topic` (only its length, the partition count, can be trusted there:
+/// see [`Delivered`]).
+pub fn end_offsets(topic: &str) -> Vec<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let partitions = metadata
+        .topics()
+        .first()
+        .map_or(0, |t| t.partitions().len());
+    (0..partitions)
+        .map(|p| {
+            consumer
+                .fetch_watermarks(topic, p as i32, Duration::from_secs(10))
+                .unwrap()
+                .1
+        })
+        .collect()
+}
+
+/// The offsets `group` committed on each partition of `topic` (-1: none).
+pub fn group_committed(group: &str, topic: &str, partitions: usize) -> Vec<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition(topic, p as i32);
+    }
+    let Ok(committed) = consumer.committed_offsets(list, Duration::from_secs(10)) else {
+        return vec![-1; partitions];
+    };
+    committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o,
+            _ => -1,
+        })
+        .collect()
+}
+
+/// Waits until `group` has committed `topic` up to `end` (per partition),
+/// checking `app` is alive meanwhile.
+pub fn wait_committed_to(app: &App, group: &str, topic: &str, end: &[i64], timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let committed = group_committed(group, topic, end.len());
+        if committed
+            .iter()
+            .zip(end)
+            .all(|(c, e)| *c == *e || *e == 0 && *c == -1)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{group} committed {committed:?} of {topic}, whose end is {end:?}, within {timeout:?}; log:\n{}",
+            app.log_text()
+        );
+        app.assert_running();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every record of `topic` (read_committed). Call it once nothing writes
+/// the topic any more: the read of each partition ends when the consumer
+/// reaches its end (end-of-partition from the fetch responses), not after
+/// a quiet period.
+pub fn read_to_end(topic: &str, timeout: Duration) -> Vec<Consumed> {
+    let end = end_offsets(topic);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let mut list = TopicPartitionList::new();
+    for p in 0..end.len() {
+        list.add_partition_offset(topic, p as i32, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&list).unwrap();
+    let mut done: Vec<bool> = vec![false; end.len()];
+    let mut out = Vec::new();
+    let deadline = Instant::now() + timeout;
+    while done.iter().any(|d| !d) {
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: partitions {done:?} not read to their ends {end:?} within {timeout:?}"
+        );
+        let message = match consumer.poll(Duration::from_millis(100)) {
+            None => continue,
+            // EOF comes once the fetch reached the partition's last stable
+            // offset; nothing writes the topic any more, so that is the
+            // end it had when the read began (transaction markers
+            // included, which no record reports).
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                done[p as usize] = true;
+                continue;
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            Some(Ok(m)) => m,
+        };
+        let headers = message
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_string(),
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(Consumed {
+            topic: message.topic().to_string(),
+            partition: message.partition(),
+            offset: message.offset(),
+            timestamp: message.timestamp().to_millis(),
+            key: message
+                .key()
+                .map(|k| String::from_utf8_lossy(k).into_owned()),
+            payload: message.payload().map(<[u8]>::to_vec),
+            headers,
+        });
+    }
+    out
+}
+
+/// Deletes `topic` and waits until the broker no longer lists it.
+pub fn delete_topic(name: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .create()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let results = runtime
+        .block_on(admin.delete_topics(
+            &[name],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        ))
+        .unwrap();
+    for r in results {
+        if let Err((n, code)) = r {
+            panic!("cannot delete {n}: {code}");
+        }
+    }
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .create()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = consumer
+            .fetch_metadata(None, Duration::from_secs(10))
+            .map(|m| m.topics().iter().any(|t| t.name() == name))
+            .unwrap_or(true);
+        if !listed {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} still exists after deletion"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

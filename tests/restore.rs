@@ -1,0 +1,203 @@
+//! Restore when the world changed under the state: a topology whose input
+//! left (a `key_by` removed) restoring from scratch, and a changelog that
+//! was re-created behind the state's back.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+
+use streamfold::testkit::article::METRICS;
+
+const ACCOUNTS: u64 = 60;
+const EVENTS: u64 = 600;
+
+/// The social-metrics fold, with or without `key_by`.
+fn topology(dir: &Path, app: &str, source: &str, key_by: bool) -> PathBuf {
+    let path = dir.join(format!("topology-{key_by}.yaml"));
+    let key_by = if key_by { "key_by: /account_id" } else { "" };
+    std::fs::write(
+        &path,
+        format!(
+            "name: {app}
+kafka: {{ bootstrap_servers: 'unused:9092' }}
+processing: {{ commit_interval: 100ms }}
+sources:
+  post_metrics: {{ topic: {source}, format: json }}
+nodes:
+  fold_account:
+    type: fold
+    input: post_metrics
+    {key_by}
+    fields:
+      metrics: {{ rule: key_union, from: /metrics }}
+    quiet_for: 10m
+    max_wait: 1h
+    max_events: 1000
+sinks:
+  folded: {{ topic: {app}-folded, input: fold_account, create: true }}
+dead_letter: {{ topic: {app}-dlq }}
+"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn config(topology: PathBuf, state: PathBuf) -> AppConfig {
+    AppConfig {
+        topology,
+        instance: "a".into(),
+        state_dir: state,
+        env: Vec::new(),
+        txn_header: false,
+        args: Vec::new(),
+    }
+}
+
+/// Waits until the gauge exists and satisfies `condition`.
+fn wait_gauge(app: &App, name: &str, condition: impl Fn(f64) -> bool) -> f64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let text = app.metrics_text();
+        let present = text
+            .lines()
+            .any(|l| !l.starts_with('#') && l.starts_with(name));
+        let value = parse_metric(&text, name);
+        if present && condition(value) {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} = {value} (present: {present}); log:\n{}",
+            app.log_text()
+        );
+        app.assert_running();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Events keyed by their post, not their account: `key_by` must send
+/// every one through the repartition topic to reach its account's task.
+fn produce_by_post(source: &str) -> Vec<i64> {
+    let producer = TestProducer::new();
+    for i in 0..EVENTS {
+        let value = json!({
+            "post_id": format!("post_{i}"),
+            "account_id": format!("account_{}", i % ACCOUNTS),
+            "metrics": {METRICS[(i % 6) as usize]: i},
+        });
+        producer.send_json(source, &format!("post_{i}"), &value);
+    }
+    producer.flush();
+    producer.ends(source, 4)
+}
+
+/// Scenario 1 of issue 8: the changelog records of a `key_by` fold carry
+/// the repartition topic in their position stamps. Restored from scratch
+/// by a topology without that `key_by`, the topic is no longer an input:
+/// nothing proves those records uncommitted, so all of them are applied
+/// (and counted, with a warning) instead of dropped.
+#[test]
+fn a_removed_key_by_does_not_drop_the_state_it_built() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-keyby");
+    let source = unique("post-metric-updated");
+    create_topic(&source, 4);
+    let end = produce_by_post(&source);
+
+    let with_key_by = App::start(
+        &config(
+            topology(dir.path(), &app, &source, true),
+            dir.path().join("state"),
+        ),
+        dir.path(),
+    );
+    wait_committed_to(&with_key_by, &app, &source, &end, Duration::from_secs(120));
+    // Every event went through the repartition topic and was folded in a
+    // committed transaction (counters are published as of commits).
+    wait_gauge(&with_key_by, "streamfold_fold_eligible_events_total", |n| {
+        n == EVENTS as f64
+    });
+    let open = wait_gauge(&with_key_by, "streamfold_fold_open_folds", |n| {
+        n == ACCOUNTS as f64
+    });
+    with_key_by.stop();
+
+    std::fs::remove_dir_all(dir.path().join("state")).unwrap();
+    let without = App::start(
+        &config(
+            topology(dir.path(), &app, &source, false),
+            dir.path().join("state"),
+        ),
+        dir.path(),
+    );
+    wait_gauge(&without, "streamfold_runtime_tasks_running", |n| n == 4.0);
+    let restored = wait_gauge(&without, "streamfold_fold_open_folds", |n| n > 0.0);
+    let unverified = without.metric("streamfold_restore_records_unverified_total");
+    let log = without.stop();
+    assert_eq!(restored, open, "every open fold came back; log:\n{log}");
+    assert!(unverified > 0.0, "the unverifiable records were counted");
+    assert!(
+        log.contains("could not be verified"),
+        "the restore warned; log:\n{log}"
+    );
+}
+
+/// Scenario 3 of issue 8: a changelog re-created (empty) while the local
+/// state still holds offsets into the old one. The restore consumer must
+/// not jump to the end and keep the stale state: it warns and restores in
+/// full from the earliest offset.
+#[test]
+fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-recreated");
+    let source = unique("post-metric-updated");
+    create_topic(&source, 4);
+    let producer = TestProducer::new();
+    for i in 0..EVENTS {
+        let account = format!("account_{}", i % ACCOUNTS);
+        let value = json!({"account_id": account, "metrics": {METRICS[(i % 6) as usize]: i}});
+        producer.send_json(&source, &account, &value);
+    }
+    producer.flush();
+    let end = producer.ends(&source, 4);
+    let config = config(
+        topology(dir.path(), &app, &source, true),
+        dir.path().join("state"),
+    );
+    let first = App::start(&config, dir.path());
+    wait_committed_to(&first, &app, &source, &end, Duration::from_secs(120));
+    wait_gauge(&first, "streamfold_fold_open_folds", |n| {
+        n == ACCOUNTS as f64
+    });
+    first.stop();
+
+    // Someone deletes and re-creates the changelogs.
+    let changelogs: Vec<String> = ["open", "timers", "repartition-seen"]
+        .iter()
+        .map(|s| format!("{app}-fold_account-{s}-changelog"))
+        .collect();
+    for topic in &changelogs {
+        delete_topic(topic);
+        create_topic(topic, 4);
+    }
+
+    let second = App::start(&config, dir.path());
+    wait_gauge(&second, "streamfold_runtime_tasks_running", |n| n == 4.0);
+    let open = wait_gauge(&second, "streamfold_fold_open_folds", |_| true);
+    let log = second.stop();
+    assert!(
+        log.contains("wiping the local state and restoring it in full"),
+        "the restore warned; log:\n{log}"
+    );
+    assert_eq!(
+        open, 0.0,
+        "the state is what the changelog holds, not what the old one held"
+    );
+}
