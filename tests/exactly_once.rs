@@ -12,9 +12,11 @@
 //! 3. feeds the second half, which completes every fold that was open.
 //!
 //! The folded events must then be exactly those of a run without the
-//! fault: per account, one event (or, with timers, a few) whose metrics,
-//! posts and `folded_count` add up to the account's input. A wrong
-//! restore shows there as a wrong count or a missing metric.
+//! fault: per account, three folds of seven events (`max_events`; with
+//! timers, one fold per half, closed by `quiet_for`) whose metrics, posts
+//! and `folded_count` add up to the account's input. Folds close before
+//! the fault as well as after it, so faulted transactions carry folded
+//! events; a wrong restore shows as a wrong count or a missing metric.
 //!
 //! **Which records may be extra** is known, not guessed: the process keeps
 //! a journal (`--txn-journal`) of the transactions it began, committed and
@@ -38,11 +40,17 @@ use streamfold::testkit::article::METRICS;
 
 const PARTITIONS: i32 = 4;
 const ACCOUNTS: u64 = 60;
-/// Events per account; the first half comes before the restore.
-const PER_ACCOUNT: u64 = 20;
+/// Events per account.
+const PER_ACCOUNT: u64 = 21;
+/// Events per account before the restore.
+const FIRST: u64 = 10;
+/// Without timers, folds close at this many events: one per account
+/// before the restore (so faulted transactions carry folded events),
+/// three in all; each account has an open fold of three at the restore.
+const MAX_EVENTS: u64 = 7;
 
-/// Event `i`: accounts take turns, so after the first half every account
-/// has an open fold holding half its events.
+/// Event `i`: accounts take turns, so every account's events are spread
+/// over the whole run.
 fn event(i: u64) -> (String, Value) {
     let account = format!("account_{}", i % ACCOUNTS);
     let value = json!({
@@ -107,10 +115,16 @@ fn strings(value: &Value) -> BTreeSet<String> {
 }
 
 /// Judges the folded topic: records of committed transactions add up to
-/// every account's input exactly (`one_each`: in a single event); records
-/// of transactions that did not commit are counted as excused, and must
-/// not exist where the broker hides them. Returns the excused count.
-fn judge(outputs: &[Consumed], journal: &TxnJournal, exactly_once: bool, one_each: bool) -> usize {
+/// every account's input exactly (in `folds_each` events, when that is
+/// known); records of transactions that did not commit are counted as
+/// excused, and must not exist where the broker hides them. Returns the
+/// excused count.
+fn judge(
+    outputs: &[Consumed],
+    journal: &TxnJournal,
+    exactly_once: bool,
+    folds_each: Option<usize>,
+) -> usize {
     let uncommitted = journal.uncommitted();
     let mut excused = 0;
     let mut folds: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -162,11 +176,42 @@ fn judge(outputs: &[Consumed], journal: &TxnJournal, exactly_once: bool, one_eac
             events.iter().flat_map(|e| strings(&e["posts"])).collect();
         assert_eq!(&got_metrics, metrics, "{account}: metrics");
         assert_eq!(&got_posts, posts, "{account}: posts");
-        if one_each {
-            assert_eq!(events.len(), 1, "{account}: {events:?}");
+        if let Some(n) = folds_each {
+            assert_eq!(events.len(), n, "{account}: {events:?}");
         }
     }
     excused
+}
+
+/// Follows the folded topic until every account's folds from committed
+/// transactions (per the journal) hold `events` events.
+fn wait_for_folds(app: &App, setup: &Setup, follower: &mut Follower, events: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        follower.poll(Duration::from_millis(500));
+        let journal = TxnJournal::read(&setup.journal);
+        let mut folded: BTreeMap<String, u64> = BTreeMap::new();
+        for record in &follower.records {
+            if record
+                .header("streamfold.txn")
+                .is_some_and(|t| journal.committed.contains(t))
+            {
+                *folded
+                    .entry(record.key.clone().unwrap_or_default())
+                    .or_default() += record.json()["folded_count"].as_u64().unwrap_or(0);
+            }
+        }
+        if folded.len() == ACCOUNTS as usize && folded.values().all(|n| *n >= events) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "folds of {} accounts hold {events} events: {folded:?}; log:\n{}",
+            ACCOUNTS,
+            app.log_text()
+        );
+        app.assert_running();
+    }
 }
 
 /// How long each explicit abort took, from the logs.
@@ -255,10 +300,11 @@ impl Setup {
         } else {
             "at_least_once"
         };
+        let max_events = MAX_EVENTS.to_string();
         let (quiet, max_events) = if self.timers {
             ("1s", "1000")
         } else {
-            ("10m", "20")
+            ("10m", max_events.as_str())
         };
         let mut args = vec![
             "--txn-journal".to_string(),
@@ -314,7 +360,7 @@ fn expect_killed(app: App) -> String {
 fn run(scenario: Scenario) {
     let _serial = serial();
     let setup = Setup::new(&scenario);
-    let half = ACCOUNTS * PER_ACCOUNT / 2;
+    let half = ACCOUNTS * FIRST;
     let mut logs = String::new();
 
     // The first half, with the fault (or, for a restore fault, before it),
@@ -345,9 +391,10 @@ fn run(scenario: Scenario) {
     };
     feeder.join().unwrap();
     setup.wait_committed(&first);
+    let mut follower = Follower::new(&setup.folded, PARTITIONS);
     if setup.timers {
         // Every first-half fold goes quiet and closes on a timer.
-        wait_gauge(&first, "streamfold_fold_open_folds", 0.0);
+        wait_for_folds(&first, &setup, &mut follower, FIRST);
     }
     logs += &first.stop();
 
@@ -361,6 +408,7 @@ fn run(scenario: Scenario) {
     };
     produce(&setup.producer, &setup.source, half..ACCOUNTS * PER_ACCOUNT);
     setup.wait_committed(&second);
+    wait_for_folds(&second, &setup, &mut follower, PER_ACCOUNT);
     wait_gauge(&second, "streamfold_fold_open_folds", 0.0);
     if !setup.timers {
         assert!(
@@ -372,7 +420,8 @@ fn run(scenario: Scenario) {
 
     let outputs = read_to_end(&setup.folded, Duration::from_secs(60));
     let journal = TxnJournal::read(&setup.journal);
-    let excused = judge(&outputs, &journal, scenario.exactly_once, !setup.timers);
+    let folds_each = (!setup.timers).then_some((PER_ACCOUNT / MAX_EVENTS) as usize);
+    let excused = judge(&outputs, &journal, scenario.exactly_once, folds_each);
 
     if scenario.fault.contains(":abort") {
         assert!(

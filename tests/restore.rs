@@ -201,3 +201,32 @@ fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
         "the state is what the changelog holds, not what the old one held"
     );
 }
+
+/// Scenario 3 of issue 8, second half: a changelog whose cleanup policy is
+/// `delete` loses old state to retention, so a restore from it would be
+/// silently incomplete. Startup refuses it and says how to fix it.
+#[test]
+fn a_changelog_that_is_not_compacted_is_refused_at_startup() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-delete-policy");
+    let source = unique("post-metric-updated");
+    create_topic(&source, 4);
+    let changelog = format!("{app}-fold_account-open-changelog");
+    create_topic_with(&changelog, 4, &[("cleanup.policy", "delete")]);
+    let started = App::start(
+        &config(
+            topology(dir.path(), &app, &source, true),
+            dir.path().join("state"),
+        ),
+        dir.path(),
+    );
+    let (status, log) = started.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains(&format!(
+            "changelog topics must be compacted, or retention deletes state a restore needs: `{changelog}` (cleanup.policy=delete)"
+        )) && log.contains("--add-config cleanup.policy=compact"),
+        "the error names the topic and the fix; log:\n{log}"
+    );
+}

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaErrorCode;
@@ -117,6 +117,13 @@ pub fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Run
             }),
         }
     }
+    let changelogs: Vec<String> = topology
+        .internal_topics()
+        .into_iter()
+        .filter(|t| t.kind == InternalKind::Changelog && existing.contains_key(&t.name))
+        .map(|t| t.name)
+        .collect();
+    refuse_uncompacted_changelogs(&admin, &changelogs)?;
     for sink in &topology.sinks {
         if existing.contains_key(&sink.config.topic)
             || create.iter().any(|c| c.topic.name == sink.config.topic)
@@ -215,4 +222,62 @@ fn wait_for_topics(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Refuses existing changelog topics whose `cleanup.policy` is not
+/// `compact`: under `delete`, retention removes old records, and a restore
+/// from scratch would silently rebuild only the state written within the
+/// retention period. A broker that does not report the setting (nisshi
+/// returns no entries for topics created without explicit configs) cannot
+/// be checked, and is let through.
+fn refuse_uncompacted_changelogs(
+    admin: &AdminClient<DefaultClientContext>,
+    changelogs: &[String],
+) -> Result<(), RuntimeError> {
+    if changelogs.is_empty() {
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::Startup(format!("cannot start the admin runtime: {e}")))?;
+    let resources: Vec<ResourceSpecifier<'_>> = changelogs
+        .iter()
+        .map(|t| ResourceSpecifier::Topic(t.as_str()))
+        .collect();
+    let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+    let results = runtime.block_on(admin.describe_configs(&resources, &options))?;
+    let mut refused = Vec::new();
+    for (topic, result) in changelogs.iter().zip(results) {
+        let policy = match result {
+            Ok(resource) => resource
+                .get("cleanup.policy")
+                .and_then(|entry| entry.value.clone()),
+            Err(code) => {
+                tracing::debug!(topic, %code, "Cannot read the changelog's configuration.");
+                None
+            }
+        };
+        match policy {
+            Some(policy) if !policy.split(',').any(|p| p.trim() == "compact") => {
+                refused.push(format!("`{topic}` (cleanup.policy={policy})"));
+            }
+            Some(_) => {}
+            None => {
+                tracing::debug!(
+                    topic,
+                    "The broker does not report the changelog's cleanup.policy."
+                );
+            }
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(RuntimeError::Startup(format!(
+        "changelog topics must be compacted, or retention deletes state a restore needs: {}. \
+         Fix each with `kafka-configs.sh --bootstrap-server <servers> --alter --entity-type topics \
+         --entity-name <topic> --add-config cleanup.policy=compact` and start again.",
+        refused.join(", ")
+    )))
 }

@@ -83,12 +83,34 @@ struct ChangelogReader {
 }
 
 impl ChangelogReader {
-    fn reassign(&self) -> Result<(), KafkaError> {
-        let mut list = TopicPartitionList::new();
-        for (task, offset) in &self.replaying {
-            list.add_partition_offset(&self.topic, *task, Offset::Offset(*offset))?;
+    /// Starts replaying `task`'s partition from `from`.
+    ///
+    /// Assignments change one partition at a time (incremental assign and
+    /// unassign): a full `assign()` stops and restarts every partition, and
+    /// several in quick succession trip librdkafka 2.12's duplicate
+    /// FETCH_STOP race (`rd_kafka_assignment_partition_stopped: Assertion
+    /// rktp->rktp_started failed`, librdkafka issue 5573), which aborts the
+    /// process. It also spares the other partitions a refetch.
+    fn start(&mut self, task: i32, from: i64) -> Result<(), KafkaError> {
+        if self.replaying.contains_key(&task) {
+            self.stop(task)?;
         }
-        self.consumer.assign(&list)
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&self.topic, task, Offset::Offset(from))?;
+        self.consumer.incremental_assign(&list)?;
+        self.replaying.insert(task, from);
+        Ok(())
+    }
+
+    /// Stops replaying `task`'s partition; returns its next offset.
+    fn stop(&mut self, task: i32) -> Result<Option<i64>, KafkaError> {
+        let Some(next) = self.replaying.remove(&task) else {
+            return Ok(None);
+        };
+        let mut list = TopicPartitionList::new();
+        list.add_partition(&self.topic, task);
+        self.consumer.incremental_unassign(&list)?;
+        Ok(Some(next))
     }
 }
 
@@ -203,8 +225,7 @@ impl Restorer {
         for reader in &mut self.readers {
             let from = saved.get(&reader.topic).copied().unwrap_or(0);
             tracing::debug!(task, changelog = %reader.topic, from, "Replaying changelog.");
-            reader.replaying.insert(task, from);
-            reader.reassign()?;
+            reader.start(task, from)?;
         }
         self.tasks.insert(
             task,
@@ -227,9 +248,7 @@ impl Restorer {
             return Ok(());
         }
         for reader in &mut self.readers {
-            if reader.replaying.remove(&task).is_some() {
-                reader.reassign()?;
-            }
+            reader.stop(task)?;
         }
         Ok(())
     }
@@ -258,13 +277,12 @@ impl Restorer {
                 let message = match result {
                     Ok(message) => message,
                     Err(KafkaError::PartitionEOF(task)) => {
-                        if let Some(next) = reader.replaying.remove(&task) {
+                        if let Some(next) = reader.stop(task)? {
                             progress
                                 .entry(task)
                                 .or_default()
                                 .offsets
                                 .insert(reader.topic.clone(), next);
-                            reader.reassign()?;
                         }
                         continue;
                     }

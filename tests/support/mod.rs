@@ -147,6 +147,11 @@ pub fn unique(prefix: &str) -> String {
 }
 
 pub fn create_topic(name: &str, partitions: i32) {
+    create_topic_with(name, partitions, &[]);
+}
+
+/// Creates `name` with explicit topic configs (`cleanup.policy`...).
+pub fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", &broker().bootstrap)
         .create()
@@ -157,7 +162,10 @@ pub fn create_topic(name: &str, partitions: i32) {
         .unwrap();
     let results = runtime
         .block_on(admin.create_topics(
-            &[NewTopic::new(name, partitions, TopicReplication::Fixed(-1))],
+            &[configs.iter().fold(
+                NewTopic::new(name, partitions, TopicReplication::Fixed(-1)),
+                |topic, (k, v)| topic.set(k, v),
+            )],
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
         ))
         .unwrap();
@@ -858,5 +866,72 @@ pub fn delete_topic(name: &str) {
             "{name} still exists after deletion"
         );
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A read_committed reader of every partition of a topic from the
+/// beginning, to follow what an application writes while it runs.
+pub struct Follower {
+    consumer: BaseConsumer,
+    pub records: Vec<Consumed>,
+}
+
+impl Follower {
+    pub fn new(topic: &str, partitions: i32) -> Follower {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &broker().bootstrap)
+            .set("group.id", unique("follower"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .create()
+            .unwrap();
+        let mut list = TopicPartitionList::new();
+        for p in 0..partitions {
+            list.add_partition_offset(topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&list).unwrap();
+        Follower {
+            consumer,
+            records: Vec::new(),
+        }
+    }
+
+    /// Reads what arrived within `wait`.
+    pub fn poll(&mut self, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        while let Some(message) = self
+            .consumer
+            .poll(deadline.saturating_duration_since(Instant::now()))
+        {
+            let Ok(message) = message else { continue };
+            let headers = message
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| {
+                            (
+                                h.key.to_string(),
+                                String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.records.push(Consumed {
+                topic: message.topic().to_string(),
+                partition: message.partition(),
+                offset: message.offset(),
+                timestamp: message.timestamp().to_millis(),
+                key: message
+                    .key()
+                    .map(|k| String::from_utf8_lossy(k).into_owned()),
+                payload: message.payload().map(<[u8]>::to_vec),
+                headers,
+            });
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
     }
 }
