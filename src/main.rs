@@ -63,10 +63,10 @@ enum Command {
         /// `--txn-header`).
         #[arg(long, hide = true)]
         txn_journal: Option<PathBuf>,
-        /// Testing aid: inject a fault into the commit cycle,
-        /// `<point>:<abort|kill>[@n]` (points: begin, sent, offsets, commit,
-        /// committed, restore, timers).
-        #[arg(long, hide = true)]
+        /// Testing aid: inject faults into the commit cycle,
+        /// `<point>:<abort|kill>[@n]`, repeated or comma-separated (points:
+        /// begin, sent, offsets, commit, committed, restore, timers).
+        #[arg(long, hide = true, value_delimiter = ',')]
         inject_fault: Vec<streamfold::runtime::commit::Fault>,
     },
     /// Validate topology files and report every error at once.

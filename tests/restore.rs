@@ -58,28 +58,6 @@ fn config(topology: PathBuf, state: PathBuf) -> AppConfig {
     }
 }
 
-/// Waits until the gauge exists and satisfies `condition`.
-fn wait_gauge(app: &App, name: &str, condition: impl Fn(f64) -> bool) -> f64 {
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let text = app.metrics_text();
-        let present = text
-            .lines()
-            .any(|l| !l.starts_with('#') && l.starts_with(name));
-        let value = parse_metric(&text, name);
-        if present && condition(value) {
-            return value;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{name} = {value} (present: {present}); log:\n{}",
-            app.log_text()
-        );
-        app.assert_running();
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// Events keyed by their post, not their account: `key_by` must send
 /// every one through the repartition topic to reach its account's task.
 fn produce_by_post(source: &str) -> Vec<i64> {
@@ -120,12 +98,10 @@ fn a_removed_key_by_does_not_drop_the_state_it_built() {
     wait_committed_to(&with_key_by, &app, &source, &end, Duration::from_secs(120));
     // Every event went through the repartition topic and was folded in a
     // committed transaction (counters are published as of commits).
-    wait_gauge(&with_key_by, "streamfold_fold_eligible_events_total", |n| {
+    with_key_by.wait_exported("streamfold_fold_eligible_events_total", |n| {
         n == EVENTS as f64
     });
-    let open = wait_gauge(&with_key_by, "streamfold_fold_open_folds", |n| {
-        n == ACCOUNTS as f64
-    });
+    let open = with_key_by.wait_exported("streamfold_fold_open_folds", |n| n == ACCOUNTS as f64);
     with_key_by.stop();
 
     std::fs::remove_dir_all(dir.path().join("state")).unwrap();
@@ -136,8 +112,8 @@ fn a_removed_key_by_does_not_drop_the_state_it_built() {
         ),
         dir.path(),
     );
-    wait_gauge(&without, "streamfold_runtime_tasks_running", |n| n == 4.0);
-    let restored = wait_gauge(&without, "streamfold_fold_open_folds", |n| n > 0.0);
+    without.wait_exported("streamfold_runtime_tasks_running", |n| n == 4.0);
+    let restored = without.wait_exported("streamfold_fold_open_folds", |n| n > 0.0);
     let unverified = without.metric("streamfold_restore_records_unverified_total");
     let log = without.stop();
     assert_eq!(restored, open, "every open fold came back; log:\n{log}");
@@ -173,9 +149,7 @@ fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
     );
     let first = App::start(&config, dir.path());
     wait_committed_to(&first, &app, &source, &end, Duration::from_secs(120));
-    wait_gauge(&first, "streamfold_fold_open_folds", |n| {
-        n == ACCOUNTS as f64
-    });
+    first.wait_exported("streamfold_fold_open_folds", |n| n == ACCOUNTS as f64);
     first.stop();
 
     // Someone deletes and re-creates the changelogs.
@@ -189,8 +163,8 @@ fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
     }
 
     let second = App::start(&config, dir.path());
-    wait_gauge(&second, "streamfold_runtime_tasks_running", |n| n == 4.0);
-    let open = wait_gauge(&second, "streamfold_fold_open_folds", |_| true);
+    second.wait_exported("streamfold_runtime_tasks_running", |n| n == 4.0);
+    let open = second.wait_exported("streamfold_fold_open_folds", |_| true);
     let log = second.stop();
     assert!(
         log.contains("wiping the local state and restoring it in full"),

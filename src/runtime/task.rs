@@ -670,3 +670,89 @@ pub fn sink_dead_letter(
     letter.payload = Some(crate::formats::json::encode(&record.value));
     letter
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::memory::MemoryBackend;
+
+    const TOPOLOGY: &str = "
+name: bounded
+kafka: { bootstrap_servers: 'unused:9092' }
+sources:
+  events: { topic: events }
+nodes:
+  fold:
+    type: fold
+    input: events
+    fields: { n: { rule: count } }
+    quiet_for: 1s
+sinks:
+  out: { topic: out, input: fold }
+";
+
+    fn commit(task: &mut Task) {
+        let entries = task.state().changelog().unwrap();
+        task.committed(entries, &[]).unwrap();
+    }
+
+    /// Scenario 7 of issue 8: after downtime every fold of a task is
+    /// overdue at once; they fire in rounds of at most
+    /// `TIMERS_PER_PUNCTUATION`, each committed before the next.
+    #[test]
+    fn overdue_timers_fire_in_bounded_rounds() {
+        let topology = crate::topology::load_str("bounded.yaml", TOPOLOGY, &|_| None).unwrap();
+        let stores = topology.stores().count();
+        let mut task = Task::new(
+            Arc::new(topology),
+            Box::new(MemoryBackend::new(stores)),
+            Routing::Direct,
+        )
+        .unwrap();
+        task.set_processing_time(0);
+        task.start().unwrap();
+        let folds = 2 * TIMERS_PER_PUNCTUATION + TIMERS_PER_PUNCTUATION / 2;
+        let mut out = Vec::new();
+        for i in 0..folds {
+            let key = format!("k{i}");
+            let origin = Origin {
+                topic: "events",
+                partition: 0,
+                offset: i as i64,
+                key: Some(key.as_bytes()),
+                payload: Some(b"{}"),
+                headers: &[],
+            };
+            let record = Record {
+                key: Some(key.as_bytes().into()),
+                value: serde_json::json!({}),
+                timestamp: 0,
+                headers: Vec::new(),
+            };
+            task.process_source(0, &origin, Ok(record), &mut out)
+                .unwrap();
+        }
+        assert!(out.is_empty());
+        commit(&mut task);
+
+        task.set_processing_time(3_600_000);
+        let mut rounds = Vec::new();
+        loop {
+            let mut out = Vec::new();
+            let more = task.punctuate(&mut out).unwrap();
+            rounds.push(out.len());
+            commit(&mut task);
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(
+            rounds,
+            vec![
+                TIMERS_PER_PUNCTUATION,
+                TIMERS_PER_PUNCTUATION,
+                TIMERS_PER_PUNCTUATION / 2
+            ]
+        );
+    }
+}

@@ -280,6 +280,35 @@ pub struct Consumed {
     pub headers: Vec<(String, String)>,
 }
 
+impl From<&rdkafka::message::BorrowedMessage<'_>> for Consumed {
+    fn from(message: &rdkafka::message::BorrowedMessage<'_>) -> Consumed {
+        let headers = message
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_string(),
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Consumed {
+            topic: message.topic().to_string(),
+            partition: message.partition(),
+            offset: message.offset(),
+            timestamp: message.timestamp().to_millis(),
+            key: message
+                .key()
+                .map(|k| String::from_utf8_lossy(k).into_owned()),
+            payload: message.payload().map(<[u8]>::to_vec),
+            headers,
+        }
+    }
+}
+
 impl Consumed {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(self.payload.as_deref().unwrap_or(b"null")).unwrap()
@@ -337,30 +366,7 @@ pub fn read_topic(topic: &str, want: usize, settle: Duration, timeout: Duration)
         };
         let message = message.unwrap();
         last = Instant::now();
-        let headers = message
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| {
-                        (
-                            h.key.to_string(),
-                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.push(Consumed {
-            topic: message.topic().to_string(),
-            partition: message.partition(),
-            offset: message.offset(),
-            timestamp: message.timestamp().to_millis(),
-            key: message
-                .key()
-                .map(|k| String::from_utf8_lossy(k).into_owned()),
-            payload: message.payload().map(<[u8]>::to_vec),
-            headers,
-        });
+        out.push(Consumed::from(&message));
     }
     out
 }
@@ -493,6 +499,30 @@ impl App {
                     self.log_text()
                 );
             }
+            self.assert_running();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits until the metric `name` is exported and satisfies
+    /// `condition`: unlike [`App::wait_metric`], a metric that is missing
+    /// (renamed, or the endpoint down) never satisfies it.
+    pub fn wait_exported(&self, name: &str, condition: impl Fn(f64) -> bool) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let text = self.metrics_text();
+            let present = text
+                .lines()
+                .any(|l| !l.starts_with('#') && l.starts_with(name));
+            let value = parse_metric(&text, name);
+            if present && condition(value) {
+                return value;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} = {value} (exported: {present}); log:\n{}",
+                self.log_text()
+            );
             self.assert_running();
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -799,30 +829,7 @@ pub fn read_to_end(topic: &str, timeout: Duration) -> Vec<Consumed> {
             Some(Err(e)) => panic!("reading {topic}: {e}"),
             Some(Ok(m)) => m,
         };
-        let headers = message
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| {
-                        (
-                            h.key.to_string(),
-                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.push(Consumed {
-            topic: message.topic().to_string(),
-            partition: message.partition(),
-            offset: message.offset(),
-            timestamp: message.timestamp().to_millis(),
-            key: message
-                .key()
-                .map(|k| String::from_utf8_lossy(k).into_owned()),
-            payload: message.payload().map(<[u8]>::to_vec),
-            headers,
-        });
+        out.push(Consumed::from(&message));
     }
     out
 }
@@ -905,30 +912,7 @@ impl Follower {
             .poll(deadline.saturating_duration_since(Instant::now()))
         {
             let Ok(message) = message else { continue };
-            let headers = message
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|h| {
-                            (
-                                h.key.to_string(),
-                                String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            self.records.push(Consumed {
-                topic: message.topic().to_string(),
-                partition: message.partition(),
-                offset: message.offset(),
-                timestamp: message.timestamp().to_millis(),
-                key: message
-                    .key()
-                    .map(|k| String::from_utf8_lossy(k).into_owned()),
-                payload: message.payload().map(<[u8]>::to_vec),
-                headers,
-            });
+            self.records.push(Consumed::from(&message));
             if Instant::now() >= deadline {
                 break;
             }
