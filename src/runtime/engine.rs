@@ -969,7 +969,9 @@ impl Engine {
         }
         if now >= self.next_metrics {
             self.next_metrics = now + Duration::from_secs(1);
-            for (&task, slot) in &mut self.tasks {
+            // A restoring task has no state to report yet: its gauges
+            // appear once it runs, never as a misleading 0.
+            for (&task, slot) in self.tasks.iter_mut().filter(|(_, s)| s.running) {
                 publish_task_metrics(&self.topology.name, task, slot, false);
             }
         }
