@@ -1280,6 +1280,52 @@ sinks:
     }
 
     #[test]
+    fn absurd_retry_settings_are_errors_not_panics() {
+        for retry in [
+            "{ jitter: .nan }",
+            "{ multiplier: .nan }",
+            "{ multiplier: .inf, max_attempts: 9 }",
+            "{ jitter: .inf, max_attempts: 3 }",
+            "{ initial_backoff: 100000000y, max_backoff: 100000000y, max_attempts: 4294967295 }",
+        ] {
+            let text = MINIMAL.replace(
+                "    topic: events\n",
+                &format!("    topic: events\n    retry: {retry}\n"),
+            );
+            let errors = load(&text).unwrap_err();
+            assert!(
+                !errors.is_empty() && errors.iter().all(|e| e.contains(": sources.events.retry")),
+                "{retry}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_count_too_large_for_its_field_says_how_large_it_may_be() {
+        let text = MINIMAL.replace(
+            "    topic: events\n",
+            "    topic: events\n    retry: { max_attempts: 9223372036854775807 }\n",
+        );
+        assert_eq!(
+            load(&text).unwrap_err(),
+            vec![
+                "t.yaml:7:28: sources.events.retry.max_attempts: must be at most 4294967295, found integer `9223372036854775807`"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_input_that_is_neither_a_name_nor_a_list_says_what_input_takes() {
+        let text = MINIMAL.replace("    input: fold_account\n", "    input: { a: 1 }\n");
+        assert_eq!(
+            load(&text).unwrap_err(),
+            vec![
+                "t.yaml:16:5: sinks.folded: `input` takes a source or node name, or a list of them"
+            ]
+        );
+    }
+
+    #[test]
     fn cycles_are_named() {
         let text = "\
 name: app

@@ -211,7 +211,10 @@ impl JsonSchema for InputRef {
 
 /// One input or several: `input: post_metrics` or `input: [a, b]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "`input` takes a source or node name, or a list of them"
+)]
 pub enum Inputs {
     One(InputRef),
     Many(Vec<InputRef>),
