@@ -230,6 +230,12 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 },
                 metrics_addr,
             };
+            let admin = streamfold::runtime::config::admin_config(&t, &options);
+            if streamfold::runtime::admin::wait_for_sources(&t, &admin, &shutdown)?
+                == streamfold::runtime::admin::SourcesWait::Stopped
+            {
+                return Ok(ExitCode::SUCCESS);
+            }
             streamfold::runtime::engine::run(Arc::new(t), options, shutdown)?;
             Ok(ExitCode::SUCCESS)
         }

@@ -68,6 +68,16 @@ pub struct KafkaConfig {
     /// so a restarted instance gets its partitions back without a rebalance.
     #[serde(default)]
     pub static_membership: bool,
+    /// `true` (default): when a source topic does not exist yet, `run`
+    /// waits for it to be created, logging the missing topics every 10 s
+    /// and exporting their number as `streamfold_runtime_missing_source_topics`.
+    /// `false`: a missing source topic stops `run` at once.
+    #[serde(default = "default_wait_for_sources")]
+    pub wait_for_sources: bool,
+}
+
+fn default_wait_for_sources() -> bool {
+    true
 }
 
 /// A Confluent-compatible schema registry (Confluent Schema Registry,
