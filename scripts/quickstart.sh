@@ -44,10 +44,19 @@ if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
     --storage-engine memory://nisshi/ --group-initial-rebalance-delay 0s --silent \
     >"$workdir/broker.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/${KAFKA_BOOTSTRAP_SERVERS%:*}/${KAFKA_BOOTSTRAP_SERVERS#*:}") 2>/dev/null && break
+  broker_up=""
+  for _ in $(seq 1 300); do
+    if (exec 3<>"/dev/tcp/${KAFKA_BOOTSTRAP_SERVERS%:*}/${KAFKA_BOOTSTRAP_SERVERS#*:}") 2>/dev/null; then
+      broker_up=1
+      break
+    fi
     sleep 0.1
   done
+  if [ -z "$broker_up" ]; then
+    echo "the broker did not listen on $KAFKA_BOOTSTRAP_SERVERS within 30s:" >&2
+    cat "$workdir/broker.log" >&2
+    exit 1
+  fi
 fi
 
 # Fresh names, so the quickstart can run again against the same broker.
@@ -56,6 +65,11 @@ export STREAMFOLD_APP="social-metrics-$suffix"
 export POST_METRICS_TOPIC="post-metric-updated-$suffix"
 export FOLDED_TOPIC="account-metrics-folded-$suffix"
 export DEAD_LETTER_TOPIC="social-metrics-dlq-$suffix"
+
+# The input topic first: streamfold would wait for it (and say so), but a
+# quickstart should not start by waiting.
+step "Creating the topic $POST_METRICS_TOPIC (4 partitions)"
+"$loadgen" create-topic --topic "$POST_METRICS_TOPIC" --partitions 4
 
 step "Running: streamfold run topologies/social-metrics.yaml"
 "$streamfold" run topologies/social-metrics.yaml --instance-id quickstart \

@@ -178,10 +178,16 @@ fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Loads a topology or prints its diagnostics.
+/// Loads a topology or prints its diagnostics; warnings are printed
+/// either way.
 fn load(path: &std::path::Path) -> Option<Topology> {
     match topology::load_file(path) {
-        Ok(t) => Some(t),
+        Ok(t) => {
+            for w in &t.warnings {
+                eprintln!("{w}");
+            }
+            Some(t)
+        }
         Err(diagnostics) => {
             for d in &diagnostics {
                 eprintln!("{d}");
@@ -224,6 +230,12 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 },
                 metrics_addr,
             };
+            let admin = streamfold::runtime::config::admin_config(&t, &options);
+            if streamfold::runtime::admin::wait_for_sources(&t, &admin, &shutdown)?
+                == streamfold::runtime::admin::SourcesWait::Stopped
+            {
+                return Ok(ExitCode::SUCCESS);
+            }
             streamfold::runtime::engine::run(Arc::new(t), options, shutdown)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -232,12 +244,17 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             for file in &files {
                 match load(file) {
                     Some(t) => println!(
-                        "{}: ok ({} sources, {} nodes, {} sinks, {} internal topics)",
+                        "{}: ok ({} sources, {} nodes, {} sinks, {} internal topics{})",
                         file.display(),
                         t.sources.len(),
                         t.nodes.len(),
                         t.sinks.len(),
-                        t.internal_topics().len()
+                        t.internal_topics().len(),
+                        match t.warnings.len() {
+                            0 => String::new(),
+                            1 => ", 1 warning".to_string(),
+                            n => format!(", {n} warnings"),
+                        }
                     ),
                     None => failed = true,
                 }

@@ -64,6 +64,43 @@ fn every_error_case_prints_exactly_its_pinned_message() {
 }
 
 #[test]
+fn warnings_are_printed_at_their_position_and_check_still_passes() {
+    let cases = dirs(&root().join("tests/cases/warnings"));
+    assert!(!cases.is_empty(), "expected the golden warning cases");
+    let mut failures = Vec::new();
+    for case in &cases {
+        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+        let file = format!("tests/cases/warnings/{name}/topology.yaml");
+        let expected = std::fs::read_to_string(case.join("expected.txt"))
+            .unwrap_or_else(|_| panic!("{name}: expected.txt is missing"));
+        let output = streamfold(&["check", &file]);
+        if !output.status.success() {
+            failures.push(format!(
+                "{name}: exit status {:?}, want 0",
+                output.status.code()
+            ));
+        }
+        let stderr = text(&output.stderr);
+        if stderr != expected {
+            failures.push(format!(
+                "{name}:\n--- expected\n{expected}--- actual\n{stderr}"
+            ));
+        }
+        let warnings = expected.lines().count();
+        let plural = if warnings == 1 { "" } else { "s" };
+        let stdout = text(&output.stdout);
+        if !(stdout.starts_with(&format!("{file}: ok ("))
+            && stdout.contains(&format!(", {warnings} warning{plural})")))
+        {
+            failures.push(format!(
+                "{name}: stdout does not count {warnings} warning{plural}:\n{stdout}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
 fn every_example_topology_passes_check() {
     let mut files: Vec<String> = std::fs::read_dir(root().join("topologies"))
         .unwrap()
@@ -77,6 +114,8 @@ fn every_example_topology_passes_check() {
     args.extend(files.iter().map(String::as_str));
     let output = streamfold(&args);
     assert!(output.status.success(), "{}", text(&output.stderr));
+    // The examples are what users copy: no warnings either.
+    assert_eq!(text(&output.stderr), "");
     for file in &files {
         assert!(
             text(&output.stdout).contains(&format!("{file}: ok")),

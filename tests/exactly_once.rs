@@ -387,7 +387,11 @@ fn run(scenario: Scenario) {
     produce(&setup.producer, &setup.source, half..ACCOUNTS * PER_ACCOUNT);
     setup.wait_committed(&second);
     wait_for_folds(&second, &setup, &mut follower, PER_ACCOUNT);
-    second.wait_exported("streamfold_fold_open_folds", |n| n == 0.0);
+    second.wait_metric_present(
+        "streamfold_fold_open_folds",
+        Duration::from_secs(120),
+        |n| n == 0.0,
+    );
     if !setup.timers {
         assert!(
             second.metric("streamfold_restore_records_restored_total") >= ACCOUNTS as f64,

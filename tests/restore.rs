@@ -98,10 +98,16 @@ fn a_removed_key_by_does_not_drop_the_state_it_built() {
     wait_committed_to(&with_key_by, &app, &source, &end, Duration::from_secs(120));
     // Every event went through the repartition topic and was folded in a
     // committed transaction (counters are published as of commits).
-    with_key_by.wait_exported("streamfold_fold_eligible_events_total", |n| {
-        n == EVENTS as f64
-    });
-    let open = with_key_by.wait_exported("streamfold_fold_open_folds", |n| n == ACCOUNTS as f64);
+    with_key_by.wait_metric_present(
+        "streamfold_fold_eligible_events_total",
+        Duration::from_secs(120),
+        |n| n == EVENTS as f64,
+    );
+    let open = with_key_by.wait_metric_present(
+        "streamfold_fold_open_folds",
+        Duration::from_secs(120),
+        |n| n == ACCOUNTS as f64,
+    );
     with_key_by.stop();
 
     std::fs::remove_dir_all(dir.path().join("state")).unwrap();
@@ -114,7 +120,11 @@ fn a_removed_key_by_does_not_drop_the_state_it_built() {
     );
     // Every open fold comes back (a restore that dropped some never gets
     // there, and the wait fails with the value it saw).
-    without.wait_exported("streamfold_fold_open_folds", |n| n == open);
+    without.wait_metric_present(
+        "streamfold_fold_open_folds",
+        Duration::from_secs(120),
+        |n| n == open,
+    );
     let unverified = without.metric("streamfold_restore_records_unverified_total");
     let log = without.stop();
     assert!(unverified > 0.0, "the unverifiable records were counted");
@@ -149,7 +159,11 @@ fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
     );
     let first = App::start(&config, dir.path());
     wait_committed_to(&first, &app, &source, &end, Duration::from_secs(120));
-    first.wait_exported("streamfold_fold_open_folds", |n| n == ACCOUNTS as f64);
+    first.wait_metric_present(
+        "streamfold_fold_open_folds",
+        Duration::from_secs(120),
+        |n| n == ACCOUNTS as f64,
+    );
     first.stop();
 
     // Someone deletes and re-creates the changelogs.
@@ -163,7 +177,11 @@ fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
     }
 
     let second = App::start(&config, dir.path());
-    second.wait_exported("streamfold_runtime_tasks_running", |n| n == 4.0);
+    second.wait_metric_present(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 4.0,
+    );
     // Each running task publishes its gauge (restoring ones publish none).
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let open = loop {

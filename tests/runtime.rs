@@ -717,7 +717,10 @@ fn an_unreachable_broker_or_a_missing_source_topic_fails_fast_and_says_so() {
     assert!(took < Duration::from_secs(30), "took {took:?}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 
-    let (stderr, took) = run_expecting_failure(&topology, &names.env(false), &broker().bootstrap);
+    // Fail-fast is opt-in since run waits for missing sources by default.
+    let mut env = names.env(false);
+    env.push(("STREAMFOLD_WAIT_FOR_SOURCES".into(), "false".into()));
+    let (stderr, took) = run_expecting_failure(&topology, &env, &broker().bootstrap);
     assert!(
         stderr.contains(&format!(
             "source topic `{}` (source `post_metrics`) does not exist",

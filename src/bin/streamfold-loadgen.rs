@@ -2,6 +2,7 @@
 //! quickstart, manual runs and the end-to-end benchmark.
 //!
 //! ```text
+//! streamfold-loadgen create-topic --topic post-metric-updated --partitions 4
 //! streamfold-loadgen produce --topic post-metric-updated --article --events 200000 --accounts 1000
 //! streamfold-loadgen read --topic account-metrics-folded --idle 3s
 //! streamfold-loadgen bare-consume --topic post-metric-updated --expect 1000000
@@ -42,6 +43,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Create a topic; nothing happens when it exists.
+    CreateTopic {
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 4)]
+        partitions: i32,
+    },
     /// Create the topic if needed and produce events keyed by account.
     Produce {
         #[arg(long)]
@@ -91,6 +99,11 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::CreateTopic { topic, partitions } => {
+            ensure_topic(&cli.bootstrap_servers, &topic, partitions)?;
+            eprintln!("topic {topic} exists ({partitions} partitions when created here)");
+            Ok(())
+        }
         Command::Produce {
             topic,
             partitions,

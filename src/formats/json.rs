@@ -85,10 +85,17 @@ pub fn canonical_cmp(a: &Value, b: &Value) -> Ordering {
     }
 }
 
-/// `2025-01-01T00:00:00.000Z` for a millisecond timestamp (clamped at the
-/// epoch).
+/// The last millisecond RFC 3339 can write: 9999-12-31T23:59:59.999Z.
+const LAST_RFC3339_MILLIS: Timestamp = 253_402_300_799_999;
+
+/// `2025-01-01T00:00:00.000Z` for a millisecond timestamp, clamped to what
+/// RFC 3339 can write: from the epoch to the end of year 9999 (a record
+/// may carry any time at all).
 pub fn rfc3339_millis(ts: Timestamp) -> String {
-    let time = UNIX_EPOCH + Duration::from_millis(u64::try_from(ts).unwrap_or(0));
+    let clamped = ts.clamp(0, LAST_RFC3339_MILLIS);
+    // Within that range the addition cannot overflow and formatting cannot
+    // fail, so `to_string` cannot panic.
+    let time = UNIX_EPOCH + Duration::from_millis(u64::try_from(clamped).unwrap_or(0));
     humantime::format_rfc3339_millis(time).to_string()
 }
 
@@ -113,6 +120,21 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn timestamps_outside_what_rfc3339_can_write_are_clamped_not_a_panic() {
+        assert_eq!(rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_millis(-5), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339_millis(253_402_300_799_999),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            rfc3339_millis(253_402_300_800_000),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(rfc3339_millis(i64::MAX), "9999-12-31T23:59:59.999Z");
+    }
 
     #[test]
     fn canonical_order_ranks_types_then_values() {

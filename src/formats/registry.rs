@@ -62,7 +62,10 @@ impl Backoff {
         (1..self.attempts).map(move |_| {
             let capped = next.min(self.max.as_secs_f64());
             next *= self.multiplier;
-            Duration::from_secs_f64((capped * (1.0 + self.jitter * random_unit())).max(0.0))
+            // `check` keeps the worst case well below the transaction
+            // timeout; a wait past `Duration::MAX` becomes the cap.
+            Duration::try_from_secs_f64((capped * (1.0 + self.jitter * random_unit())).max(0.0))
+                .unwrap_or(self.max)
         })
     }
 }

@@ -2,8 +2,14 @@
 //! and are co-partitioned, internal topics exist with the right partition
 //! count (created when missing), sink topics exist (created only when the
 //! topology opts in).
+//!
+//! Source topics are the user's, and are often created by whoever
+//! produces to them, after streamfold started: [`wait_for_sources`] waits
+//! for them (unless `kafka.wait_for_sources: false`), saying what it waits
+//! for, before [`prepare`] checks the rest.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -12,10 +18,17 @@ use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::RuntimeError;
+use crate::telemetry;
 use crate::topology::{InternalKind, Topology};
 
 /// How long the broker gets to answer before we say it is unreachable.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the cluster is asked again while source topics are missing.
+const WAIT_POLL_EVERY: Duration = Duration::from_secs(1);
+/// How often a shutdown request is looked for while waiting.
+const WAIT_SHUTDOWN_EVERY: Duration = Duration::from_millis(100);
+/// How often the topics still missing are logged.
+const WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// What startup learned about the cluster.
 #[derive(Clone, Debug)]
@@ -54,33 +67,143 @@ fn topic_partitions(
         .collect())
 }
 
-/// Checks the cluster and creates what is missing.
-pub fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, RuntimeError> {
-    let servers = config
+fn bootstrap_servers(config: &ClientConfig) -> String {
+    config
         .get("bootstrap.servers")
         .unwrap_or_default()
-        .to_string();
+        .to_string()
+}
+
+/// The source topics not in `existing`, each once, in topology order.
+fn missing_sources<'t>(topology: &'t Topology, existing: &HashMap<String, i32>) -> Vec<&'t str> {
+    let mut missing: Vec<&str> = Vec::new();
+    for source in &topology.sources {
+        let topic = source.config.topic.as_str();
+        if !existing.contains_key(topic) && !missing.contains(&topic) {
+            missing.push(topic);
+        }
+    }
+    missing
+}
+
+/// The startup error naming missing source topics and the sources that
+/// read them.
+fn missing_sources_error(topology: &Topology, missing: &[&str], servers: &str) -> RuntimeError {
+    let named: Vec<String> = topology
+        .sources
+        .iter()
+        .filter(|s| missing.contains(&s.config.topic.as_str()))
+        .map(|s| format!("`{}` (source `{}`)", s.config.topic, s.name))
+        .collect();
+    let wait_hint = if topology.kafka.wait_for_sources {
+        ""
+    } else {
+        ", or set `kafka.wait_for_sources: true` to wait for it"
+    };
+    RuntimeError::Startup(format!(
+        "source topic {} does not exist on {servers}; create it first{wait_hint}",
+        named.join(", ")
+    ))
+}
+
+/// How [`wait_for_sources`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourcesWait {
+    /// Every source topic exists.
+    Ready,
+    /// Shutdown was requested before they all existed.
+    Stopped,
+}
+
+/// Waits until every source topic exists, so `run` may start before the
+/// topics are created. While some are missing, logs them every 10 s and
+/// exports their number as [`telemetry::MISSING_SOURCE_TOPICS`] (0 once
+/// they exist); returns [`SourcesWait::Stopped`] soon after `shutdown` is
+/// set. With `kafka.wait_for_sources: false` a missing topic is an error
+/// at once. An unreachable broker is an error at once too; once it has
+/// answered, a failed metadata request while waiting is logged and tried
+/// again.
+pub fn wait_for_sources(
+    topology: &Topology,
+    config: &ClientConfig,
+    shutdown: &AtomicBool,
+) -> Result<SourcesWait, RuntimeError> {
+    let servers = bootstrap_servers(config);
+    let admin: AdminClient<DefaultClientContext> = config.create()?;
+    let gauge =
+        metrics::gauge!(telemetry::MISSING_SOURCE_TOPICS, "topology" => topology.name.clone());
+    let mut existing = topic_partitions(&admin, &servers)?;
+    let started = Instant::now();
+    let mut last_logged: Option<Instant> = None;
+    loop {
+        let missing = missing_sources(topology, &existing);
+        gauge.set(missing.len() as f64);
+        if missing.is_empty() {
+            if last_logged.is_some() {
+                tracing::info!(
+                    waited_s = started.elapsed().as_secs(),
+                    "Every source topic exists; starting."
+                );
+            }
+            return Ok(SourcesWait::Ready);
+        }
+        if !topology.kafka.wait_for_sources {
+            return Err(missing_sources_error(topology, &missing, &servers));
+        }
+        if last_logged.is_none_or(|at| at.elapsed() >= WAIT_LOG_EVERY) {
+            tracing::warn!(
+                topics = %missing.join(", "),
+                servers = %servers,
+                waited_s = started.elapsed().as_secs(),
+                "Waiting for the source topics to be created (`kafka.wait_for_sources: false` fails instead)."
+            );
+            last_logged = Some(Instant::now());
+        }
+        let next_poll = Instant::now() + WAIT_POLL_EVERY;
+        while Instant::now() < next_poll {
+            if shutdown.load(Ordering::Relaxed) {
+                tracing::info!(
+                    topics = %missing.join(", "),
+                    "Stopping before the source topics exist."
+                );
+                return Ok(SourcesWait::Stopped);
+            }
+            std::thread::sleep(WAIT_SHUTDOWN_EVERY);
+        }
+        match topic_partitions(&admin, &servers) {
+            Ok(topics) => existing = topics,
+            Err(error) => {
+                tracing::warn!(%error, "Cannot read the cluster metadata while waiting for the source topics; trying again.");
+            }
+        }
+    }
+}
+
+/// Checks the cluster and creates what is missing. Missing source topics
+/// are an error here: [`wait_for_sources`] is what waits for them.
+pub fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, RuntimeError> {
+    let servers = bootstrap_servers(config);
     let admin: AdminClient<DefaultClientContext> = config.create()?;
     let existing = topic_partitions(&admin, &servers)?;
 
-    let mut missing = Vec::new();
-    let mut counts = Vec::new();
-    for source in &topology.sources {
-        match existing.get(&source.config.topic) {
-            Some(&n) => counts.push((source.config.topic.as_str(), n)),
-            None => missing.push(format!(
-                "`{}` (source `{}`)",
-                source.config.topic, source.name
-            )),
-        }
-    }
+    let missing = missing_sources(topology, &existing);
     if !missing.is_empty() {
-        return Err(RuntimeError::Startup(format!(
-            "source topic {} does not exist on {servers}; create it first",
-            missing.join(", ")
-        )));
+        return Err(missing_sources_error(topology, &missing, &servers));
     }
-    let partitions = counts[0].1;
+    let counts: Vec<(&str, i32)> = topology
+        .sources
+        .iter()
+        .filter_map(|s| {
+            let topic = s.config.topic.as_str();
+            existing.get(topic).map(|&n| (topic, n))
+        })
+        .collect();
+    // `check` refuses a topology without sources; say so rather than index.
+    let Some(&(_, partitions)) = counts.first() else {
+        return Err(RuntimeError::Startup(
+            "the topology has no source to read".into(),
+        ));
+    };
     if counts.iter().any(|(_, n)| *n != partitions) {
         let list: Vec<String> = counts
             .iter()

@@ -248,3 +248,5 @@ pub const RECORDS_CONSUMED: &str = "streamfold_runtime_records_consumed_total";
 pub const RECORDS_COMMITTED: &str = "streamfold_runtime_records_committed_total";
 /// Tasks currently running (restored and processing).
 pub const TASKS_RUNNING: &str = "streamfold_runtime_tasks_running";
+/// Source topics `run` is waiting for at startup (0 once they all exist).
+pub const MISSING_SOURCE_TOPICS: &str = "streamfold_runtime_missing_source_topics";

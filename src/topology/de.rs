@@ -169,8 +169,25 @@ impl de::Error for DeError {
 
     fn invalid_value(unexpected: de::Unexpected<'_>, expected: &dyn de::Expected) -> Self {
         let expected = expected.to_string();
-        if expected.starts_with("a nonzero") {
-            return DeError::message(format!("must be greater than zero, found {unexpected}"));
+        if let Some(integer) = expected.strip_prefix("a nonzero ") {
+            // serde reports zero and values too large for the type alike.
+            let positive = match unexpected {
+                de::Unexpected::Signed(n) => n > 0,
+                de::Unexpected::Unsigned(n) => n > 0,
+                _ => false,
+            };
+            let max = match integer {
+                "u8" => Some(u64::from(u8::MAX)),
+                "u16" => Some(u64::from(u16::MAX)),
+                "u32" => Some(u64::from(u32::MAX)),
+                "u64" => Some(u64::MAX),
+                "usize" => u64::try_from(usize::MAX).ok(),
+                _ => None,
+            };
+            return DeError::message(match (positive, max) {
+                (true, Some(max)) => format!("must be at most {max}, found {unexpected}"),
+                _ => format!("must be greater than zero, found {unexpected}"),
+            });
         }
         DeError::message(format!("invalid value: {unexpected}, expected {expected}"))
     }

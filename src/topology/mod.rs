@@ -41,13 +41,29 @@ pub struct Diagnostic {
     pub pos: Pos,
     pub path: String,
     pub message: String,
+    pub severity: Severity,
+}
+
+/// Whether a [`Diagnostic`] stops the topology from loading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// The topology cannot run.
+    #[default]
+    Error,
+    /// The topology runs, but probably not as its author meant (records
+    /// that end nowhere, for instance).
+    Warning,
 }
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let severity = match self.severity {
+            Severity::Error => "",
+            Severity::Warning => "warning: ",
+        };
         write!(
             f,
-            "{}:{}:{}: {}: {}",
+            "{}:{}:{}: {severity}{}: {}",
             self.file, self.pos.line, self.pos.col, self.path, self.message
         )
     }
@@ -71,6 +87,8 @@ pub struct Topology {
     pub schema_registry: Option<SchemaRegistryConfig>,
     /// Node indexes, each after every node that feeds it.
     pub order: Vec<usize>,
+    /// What `check` warns about: the topology runs, but maybe not as meant.
+    pub warnings: Vec<Diagnostic>,
 }
 
 #[derive(Clone, Debug)]
@@ -206,6 +224,7 @@ pub fn load_file(path: &FsPath) -> Result<Topology, Vec<Diagnostic>> {
             pos: Pos { line: 1, col: 1 },
             path: "topology".into(),
             message: format!("cannot read the file: {e}"),
+            severity: Severity::Error,
         }]
     })?;
     load_str(&file, &text, &|name| std::env::var(name).ok())
@@ -224,6 +243,7 @@ pub fn load_str(
             kind: Kind::Null,
         },
         diagnostics: Vec::new(),
+        warnings: Vec::new(),
     };
     let (root, yaml_errors) = yaml::parse(text, env).map_err(|e| {
         vec![Diagnostic {
@@ -231,6 +251,7 @@ pub fn load_str(
             pos: e.pos,
             path: "topology".into(),
             message: e.message,
+            severity: Severity::Error,
         }]
     })?;
     loader.root = root;
@@ -241,10 +262,19 @@ pub fn load_str(
     let parsed = loader.parse();
     let topology = parsed.and_then(|parsed| loader.compile(parsed));
     let mut diagnostics = loader.diagnostics;
+    let mut warnings = loader.warnings;
+    warnings.sort_by(|a, b| a.pos.cmp(&b.pos).then_with(|| a.path.cmp(&b.path)));
+    warnings.dedup();
     match topology {
-        Some(t) if diagnostics.is_empty() => Ok(t),
+        Some(mut t) if diagnostics.is_empty() => {
+            t.warnings = warnings;
+            Ok(t)
+        }
         _ => {
-            diagnostics.sort_by(|a, b| a.pos.cmp(&b.pos).then_with(|| a.path.cmp(&b.path)));
+            // Warnings too: a file is fixed once, with everything in view.
+            diagnostics.extend(warnings);
+            diagnostics
+                .sort_by(|a, b| (a.pos, a.severity, &a.path).cmp(&(b.pos, b.severity, &b.path)));
             diagnostics.dedup();
             Err(diagnostics)
         }
@@ -349,7 +379,9 @@ const TOP_LEVEL: &[&str] = &[
 struct Loader {
     file: String,
     root: YamlNode,
+    /// Errors.
     diagnostics: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
 }
 
 impl Loader {
@@ -359,18 +391,30 @@ impl Loader {
             pos,
             path: path.to_string(),
             message,
+            severity: Severity::Error,
         });
+    }
+
+    fn at(&self, segments: &[String], message: String, severity: Severity) -> Diagnostic {
+        Diagnostic {
+            file: self.file.clone(),
+            pos: locate(&self.root, segments),
+            path: render_path(&self.root, segments),
+            message,
+            severity,
+        }
     }
 
     /// An error at `segments` (a path from the root).
     fn error_at(&mut self, segments: &[String], message: String) {
-        let pos = locate(&self.root, segments);
-        self.diagnostics.push(Diagnostic {
-            file: self.file.clone(),
-            pos,
-            path: render_path(&self.root, segments),
-            message,
-        });
+        let error = self.at(segments, message, Severity::Error);
+        self.diagnostics.push(error);
+    }
+
+    /// A warning at `segments` (a path from the root).
+    fn warn_at(&mut self, segments: &[String], message: String) {
+        let warning = self.at(segments, message, Severity::Warning);
+        self.warnings.push(warning);
     }
 
     fn de_error(&mut self, error: DeError, fallback: &YamlNode, path: &Path, extra: &[&str]) {
@@ -816,25 +860,12 @@ impl Loader {
             }
         }
 
-        // Every node's output must go somewhere (known only when every
-        // reader parsed and names are unambiguous).
+        // Every source and node output must go somewhere (known only when
+        // every reader parsed and names are unambiguous).
         if parsed.complete && self.diagnostics.len() == errors_before {
-            let mut consumed: HashSet<(usize, usize)> = HashSet::new();
-            for upstream in node_inputs.iter().chain(&sink_inputs).flatten() {
-                if let Upstream::Node { node, output } = *upstream {
-                    consumed.insert((node, output));
-                }
-            }
-            for (i, (name, _, _)) in parsed.nodes.iter().enumerate() {
-                let single_output = output_names[i].as_ref().is_some_and(Vec::is_empty);
-                if single_output && !consumed.contains(&(i, 0)) {
-                    self.error_at(
-                        &["nodes".into(), name.clone()],
-                        format!("nothing reads the output of `{name}`: add a sink or node with `input: {name}`"),
-                    );
-                }
-            }
+            self.check_readers(&parsed, &output_names, &node_inputs, &sink_inputs);
         }
+        self.check_not_empty(&parsed);
 
         for (name, sink) in &parsed.sinks {
             let Some(sink) = sink else { continue };
@@ -942,6 +973,7 @@ impl Loader {
             dead_letter_topic: dead_letter.map_or_else(|| format!("{app}-dlq"), |d| d.topic),
             schema_registry,
             order,
+            warnings: Vec::new(),
         };
         for (name, config) in sources {
             topology.sources.push(Source {
@@ -1033,6 +1065,112 @@ impl Loader {
 }
 
 impl Loader {
+    /// Sources and nodes whose records nobody reads are errors: the
+    /// records would end nowhere. A route's default output may go unread
+    /// (records no route matches end there, counted), but not all of its
+    /// outputs; an unread named route is a warning.
+    fn check_readers(
+        &mut self,
+        parsed: &Parsed,
+        output_names: &[Option<Vec<String>>],
+        node_inputs: &[Vec<Upstream>],
+        sink_inputs: &[Vec<Upstream>],
+    ) {
+        let mut read_sources: HashSet<usize> = HashSet::new();
+        let mut consumed: HashSet<(usize, usize)> = HashSet::new();
+        for upstream in node_inputs.iter().chain(sink_inputs).flatten() {
+            match *upstream {
+                Upstream::Source(s) => {
+                    read_sources.insert(s);
+                }
+                Upstream::Node { node, output } => {
+                    consumed.insert((node, output));
+                }
+            }
+        }
+        for (i, (name, _)) in parsed.sources.iter().enumerate() {
+            if !read_sources.contains(&i) {
+                self.error_at(
+                    &["sources".into(), name.clone()],
+                    format!("nothing reads source `{name}`: add a node or sink with `input: {name}`, or remove the source"),
+                );
+            }
+        }
+        for (i, (name, _, _)) in parsed.nodes.iter().enumerate() {
+            let Some(routes) = &output_names[i] else {
+                continue;
+            };
+            if routes.is_empty() {
+                if !consumed.contains(&(i, 0)) {
+                    self.error_at(
+                        &["nodes".into(), name.clone()],
+                        format!("nothing reads the output of `{name}`: add a sink or node with `input: {name}`"),
+                    );
+                }
+                continue;
+            }
+            if !(0..=routes.len()).any(|output| consumed.contains(&(i, output))) {
+                let inputs: Vec<String> = routes
+                    .iter()
+                    .map(|r| format!("`input: {name}.{r}`"))
+                    .collect();
+                self.error_at(
+                    &["nodes".into(), name.clone()],
+                    format!(
+                        "nothing reads any output of `{name}`: add a sink or node with {} (or `input: {name}` for records no route matches)",
+                        inputs.join(", ")
+                    ),
+                );
+                continue;
+            }
+            for (r, route) in routes.iter().enumerate() {
+                if !consumed.contains(&(i, r + 1)) {
+                    self.warn_at(
+                        &[
+                            "nodes".into(),
+                            name.clone(),
+                            "routes".into(),
+                            route.clone(),
+                        ],
+                        format!("nothing reads the route `{route}` of `{name}`, so the records it matches are discarded: add a sink or node with `input: {name}.{route}`, or remove the route"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// A topology reads at least one source and writes at least one sink
+    /// (`run` subscribes to its first source).
+    fn check_not_empty(&mut self, parsed: &Parsed) {
+        for (section, count, message) in [
+            (
+                "sources",
+                parsed.sources.len(),
+                "a topology needs at least one source: `run` would have nothing to read",
+            ),
+            (
+                "sinks",
+                parsed.sinks.len(),
+                "a topology needs at least one sink: its results would be written nowhere",
+            ),
+        ] {
+            // A missing section or one that is not a mapping is reported
+            // already; entries that failed to parse still count. An empty
+            // value (`sinks:`) has no position of its own: point at the key.
+            let at = match self.root.entry(section) {
+                Some((key, value)) => match &value.kind {
+                    Kind::Null => Some(key.pos),
+                    Kind::Map(entries) if entries.is_empty() && count == 0 => Some(value.pos),
+                    _ => None,
+                },
+                None => None,
+            };
+            if let Some(pos) = at {
+                self.push(pos, &Path::root().key(section), message.to_string());
+            }
+        }
+    }
+
     /// Avro needs a schema registry; Avro sinks name their schema files; and
     /// every schema file a topology names exists and is an Avro schema.
     fn check_formats(&mut self, parsed: &Parsed) {
@@ -1275,6 +1413,52 @@ sinks:
                 "t.yaml:7:5: sources.events.formt: unknown field `formt`, did you mean `format`?",
                 "t.yaml:14:16: nodes.fold_account.quiet_for: expected a duration like \"5m\" or \"250ms\", found \"soon\"",
                 "t.yaml:18:12: sinks.folded.input: unknown input `fold_acount`, did you mean `fold_account`?",
+            ]
+        );
+    }
+
+    #[test]
+    fn absurd_retry_settings_are_errors_not_panics() {
+        for retry in [
+            "{ jitter: .nan }",
+            "{ multiplier: .nan }",
+            "{ multiplier: .inf, max_attempts: 9 }",
+            "{ jitter: .inf, max_attempts: 3 }",
+            "{ initial_backoff: 100000000y, max_backoff: 100000000y, max_attempts: 4294967295 }",
+        ] {
+            let text = MINIMAL.replace(
+                "    topic: events\n",
+                &format!("    topic: events\n    retry: {retry}\n"),
+            );
+            let errors = load(&text).unwrap_err();
+            assert!(
+                !errors.is_empty() && errors.iter().all(|e| e.contains(": sources.events.retry")),
+                "{retry}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_count_too_large_for_its_field_says_how_large_it_may_be() {
+        let text = MINIMAL.replace(
+            "    topic: events\n",
+            "    topic: events\n    retry: { max_attempts: 9223372036854775807 }\n",
+        );
+        assert_eq!(
+            load(&text).unwrap_err(),
+            vec![
+                "t.yaml:7:28: sources.events.retry.max_attempts: must be at most 4294967295, found integer `9223372036854775807`"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_input_that_is_neither_a_name_nor_a_list_says_what_input_takes() {
+        let text = MINIMAL.replace("    input: fold_account\n", "    input: { a: 1 }\n");
+        assert_eq!(
+            load(&text).unwrap_err(),
+            vec![
+                "t.yaml:16:5: sinks.folded: `input` takes a source or node name, or a list of them"
             ]
         );
     }

@@ -68,6 +68,16 @@ pub struct KafkaConfig {
     /// so a restarted instance gets its partitions back without a rebalance.
     #[serde(default)]
     pub static_membership: bool,
+    /// `true` (default): when a source topic does not exist yet, `run`
+    /// waits for it to be created, logging the missing topics every 10 s
+    /// and exporting their number as `streamfold_runtime_missing_source_topics`.
+    /// `false`: a missing source topic stops `run` at once.
+    #[serde(default = "default_wait_for_sources")]
+    pub wait_for_sources: bool,
+}
+
+fn default_wait_for_sources() -> bool {
+    true
 }
 
 /// A Confluent-compatible schema registry (Confluent Schema Registry,
@@ -229,15 +239,36 @@ impl Default for RetryConfig {
 }
 
 impl RetryConfig {
-    /// The longest the retries of one record can take.
+    /// The longest the retries of one record can take, saturating at
+    /// `Duration::MAX`. Settings [`Self::problems`] rejects (a jitter or
+    /// multiplier that is not a number) count as their worst.
     pub fn worst_case(&self) -> std::time::Duration {
-        let mut total = std::time::Duration::ZERO;
+        use std::time::Duration;
+        let jitter = if self.jitter.is_nan() {
+            1.0
+        } else {
+            self.jitter.clamp(0.0, 1.0)
+        };
+        // `f64::max` ignores NaN, so a NaN multiplier counts as 1.
+        let multiplier = self.multiplier.max(1.0);
+        let max_backoff = self.max_backoff.0.as_secs_f64();
+        let wait_of = |seconds: f64| {
+            Duration::try_from_secs_f64(seconds.min(max_backoff) * (1.0 + jitter))
+                .unwrap_or(Duration::MAX)
+        };
+        let mut total = Duration::ZERO;
         let mut wait = self.initial_backoff.0.as_secs_f64();
-        for _ in 1..self.max_attempts.get() {
-            let capped =
-                wait.min(self.max_backoff.0.as_secs_f64()) * (1.0 + self.jitter.clamp(0.0, 1.0));
-            total += std::time::Duration::from_secs_f64(capped);
-            wait *= self.multiplier.max(1.0);
+        let retries = self.max_attempts.get() - 1;
+        for done in 0..retries {
+            if wait >= max_backoff {
+                // Every wait from here on is the capped one.
+                let capped = wait_of(wait)
+                    .checked_mul(retries - done)
+                    .unwrap_or(Duration::MAX);
+                return total.saturating_add(capped);
+            }
+            total = total.saturating_add(wait_of(wait));
+            wait *= multiplier;
         }
         total
     }

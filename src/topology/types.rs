@@ -14,6 +14,12 @@ use serde_json::Value;
 pub struct HumanDuration(pub Duration);
 
 impl HumanDuration {
+    /// The longest duration a topology may set: 100 years (of 365.25
+    /// days, as `humantime` counts them). Deadlines are epoch milliseconds
+    /// plus durations, and wall-clock instants plus durations; within this
+    /// bound neither can overflow, whatever operators add up.
+    pub const MAX: HumanDuration = HumanDuration::from_secs(100 * 31_557_600);
+
     pub const fn from_millis(ms: u64) -> HumanDuration {
         HumanDuration(Duration::from_millis(ms))
     }
@@ -28,9 +34,17 @@ impl HumanDuration {
     }
 
     pub fn parse(text: &str) -> Result<HumanDuration, String> {
-        humantime::parse_duration(text)
+        let duration = humantime::parse_duration(text)
             .map(HumanDuration)
-            .map_err(|_| format!("expected a duration like \"5m\" or \"250ms\", found \"{text}\""))
+            .map_err(|_| {
+                format!("expected a duration like \"5m\" or \"250ms\", found \"{text}\"")
+            })?;
+        if duration > HumanDuration::MAX {
+            return Err(format!(
+                "\"{text}\" is longer than 100 years, the longest duration accepted"
+            ));
+        }
+        Ok(duration)
     }
 }
 
@@ -211,7 +225,10 @@ impl JsonSchema for InputRef {
 
 /// One input or several: `input: post_metrics` or `input: [a, b]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "`input` takes a source or node name, or a list of them"
+)]
 pub enum Inputs {
     One(InputRef),
     Many(Vec<InputRef>),
@@ -245,6 +262,20 @@ mod tests {
             err,
             "expected a duration like \"5m\" or \"250ms\", found \"five minutes\""
         );
+    }
+
+    #[test]
+    fn durations_beyond_a_hundred_years_are_refused_so_clocks_cannot_overflow() {
+        assert_eq!(
+            HumanDuration::parse("100y").unwrap().0,
+            HumanDuration::MAX.0
+        );
+        for text in ["101y", "300000000y", "500000000000y"] {
+            assert_eq!(
+                HumanDuration::parse(text).unwrap_err(),
+                format!("\"{text}\" is longer than 100 years, the longest duration accepted")
+            );
+        }
     }
 
     #[test]

@@ -129,6 +129,7 @@ pub fn parse(
         root: None,
         errors: Vec::new(),
         documents: 0,
+        nodes: 0,
     };
     for event in Parser::new_from_str(text) {
         let (event, span) = event.map_err(|e| YamlError {
@@ -147,27 +148,38 @@ pub fn parse(
     Ok((root, builder.errors))
 }
 
+/// The most nodes a file may hold once every alias is replaced by what it
+/// names. Real topologies hold a few hundred; without a bound, a few lines
+/// of nested aliases ("billion laughs") would exhaust memory.
+const MAX_NODES: usize = 100_000;
+
+/// A collection being read, with the node count when it started.
 enum Frame {
     Seq {
         pos: Pos,
         anchor: usize,
         items: Vec<Node>,
+        first_node: usize,
     },
     Map {
         pos: Pos,
         anchor: usize,
         entries: Vec<(Node, Node)>,
         pending_key: Option<Node>,
+        first_node: usize,
     },
 }
 
 struct Builder<'e> {
     env: &'e dyn Fn(&str) -> Option<String>,
     stack: Vec<Frame>,
-    anchors: HashMap<usize, Node>,
+    /// Anchored nodes with the number of nodes each holds.
+    anchors: HashMap<usize, (Node, usize)>,
     root: Option<Node>,
     errors: Vec<YamlError>,
     documents: usize,
+    /// Nodes read so far, aliases counted as what they expand to.
+    nodes: usize,
 }
 
 impl Builder<'_> {
@@ -201,14 +213,18 @@ impl Builder<'_> {
                     Kind::Str(s) => Kind::Str(self.interpolate(&s, pos)),
                     other => other,
                 };
-                self.push(Node { pos, kind }, anchor);
+                self.count(1, pos)?;
+                self.push(Node { pos, kind }, anchor, 1);
             }
             Event::Alias(id) => {
-                let node = match self.anchors.get(&id) {
-                    Some(node) => Node {
-                        pos,
-                        kind: node.kind.clone(),
-                    },
+                let (node, size) = match self.anchors.get(&id) {
+                    Some((node, size)) => (
+                        Node {
+                            pos,
+                            kind: node.kind.clone(),
+                        },
+                        *size,
+                    ),
                     None => {
                         return Err(YamlError {
                             pos,
@@ -216,32 +232,43 @@ impl Builder<'_> {
                         });
                     }
                 };
-                self.push(node, 0);
+                // Counted before the copy is made.
+                self.count(size, pos)?;
+                self.push(node, 0, size);
             }
             Event::SequenceStart(anchor, _) => self.stack.push(Frame::Seq {
                 pos,
                 anchor,
                 items: Vec::new(),
+                first_node: self.nodes,
             }),
             Event::MappingStart(anchor, _) => self.stack.push(Frame::Map {
                 pos,
                 anchor,
                 entries: Vec::new(),
                 pending_key: None,
+                first_node: self.nodes,
             }),
             Event::SequenceEnd | Event::MappingEnd => {
-                let (node, anchor) = match self.stack.pop() {
-                    Some(Frame::Seq { pos, anchor, items }) => (
+                let (node, anchor, first_node) = match self.stack.pop() {
+                    Some(Frame::Seq {
+                        pos,
+                        anchor,
+                        items,
+                        first_node,
+                    }) => (
                         Node {
                             pos,
                             kind: Kind::Seq(items),
                         },
                         anchor,
+                        first_node,
                     ),
                     Some(Frame::Map {
                         pos,
                         anchor,
                         entries,
+                        first_node,
                         ..
                     }) => (
                         Node {
@@ -249,6 +276,7 @@ impl Builder<'_> {
                             kind: Kind::Map(entries),
                         },
                         anchor,
+                        first_node,
                     ),
                     None => {
                         return Err(YamlError {
@@ -257,16 +285,33 @@ impl Builder<'_> {
                         });
                     }
                 };
-                self.push(node, anchor);
+                self.count(1, pos)?;
+                let size = self.nodes - first_node;
+                self.push(node, anchor, size);
             }
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {}
         }
         Ok(())
     }
 
-    fn push(&mut self, node: Node, anchor: usize) {
+    /// Counts `added` more nodes, refusing to go past [`MAX_NODES`].
+    fn count(&mut self, added: usize, pos: Pos) -> Result<(), YamlError> {
+        self.nodes = self.nodes.saturating_add(added);
+        if self.nodes > MAX_NODES {
+            return Err(YamlError {
+                pos,
+                message: format!(
+                    "aliases repeat too much: this file would expand to more than {MAX_NODES} YAML nodes"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds `node`, which holds `size` nodes, to the collection being read.
+    fn push(&mut self, node: Node, anchor: usize, size: usize) {
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            self.anchors.insert(anchor, (node.clone(), size));
         }
         match self.stack.last_mut() {
             None => self.root = Some(node),
@@ -495,5 +540,21 @@ mod tests {
             root.get("other").unwrap().get("x").unwrap().kind,
             Kind::Int(1)
         );
+    }
+
+    #[test]
+    fn aliases_that_expand_without_bound_are_an_error_not_an_exhausted_memory() {
+        // "Billion laughs": each level repeats the one before ten times.
+        let mut text = String::from("l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..10 {
+            let refs = vec![format!("*l{}", level - 1); 10].join(", ");
+            text.push_str(&format!("l{level}: &l{level} [{refs}]\n"));
+        }
+        let error = parse(&text, &no_env).unwrap_err();
+        assert_eq!(
+            error.message,
+            "aliases repeat too much: this file would expand to more than 100000 YAML nodes"
+        );
+        assert_eq!(error.pos.line, 5);
     }
 }

@@ -504,23 +504,49 @@ impl App {
         }
     }
 
-    /// Waits until the metric `name` is exported and satisfies
-    /// `condition`: unlike [`App::wait_metric`], a metric that is missing
-    /// (renamed, or the endpoint down) never satisfies it.
-    pub fn wait_exported(&self, name: &str, condition: impl Fn(f64) -> bool) -> f64 {
-        let deadline = Instant::now() + Duration::from_secs(120);
+    /// Waits until the metric `name` is exported and `condition` holds on
+    /// it; unlike [`App::wait_metric`], an absent metric never counts as 0.
+    pub fn wait_metric_present(
+        &self,
+        name: &str,
+        timeout: Duration,
+        condition: impl Fn(f64) -> bool,
+    ) -> f64 {
+        let deadline = Instant::now() + timeout;
         loop {
-            let text = self.metrics_text();
-            let present = text
-                .lines()
-                .any(|l| !l.starts_with('#') && l.starts_with(name));
-            let value = parse_metric(&text, name);
-            if present && condition(value) {
+            let value = find_metric(&self.metrics_text(), name);
+            if let Some(value) = value.filter(|v| condition(*v)) {
                 return value;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "metric {name} = {value:?} (None: not exported) did not reach the expected value within {timeout:?}; log:\n{}",
+                    self.log_text()
+                );
+            }
+            self.assert_running();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits until the log holds `times` lines containing `text`; returns
+    /// those lines.
+    pub fn wait_log_lines(&self, text: &str, times: usize, timeout: Duration) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let lines: Vec<String> = self
+                .log_text()
+                .lines()
+                .filter(|l| l.contains(text))
+                .map(str::to_string)
+                .collect();
+            if lines.len() >= times {
+                return lines;
             }
             assert!(
                 Instant::now() < deadline,
-                "{name} = {value} (exported: {present}); log:\n{}",
+                "{} of {times} log lines with `{text}` within {timeout:?}; log:\n{}",
+                lines.len(),
                 self.log_text()
             );
             self.assert_running();
@@ -633,6 +659,23 @@ pub fn parse_metric(text: &str, name: &str) -> f64 {
                 .flatten()
         })
         .sum()
+}
+
+/// Sum of the samples of `name` in Prometheus text, or `None` when no
+/// sample of it is there.
+pub fn find_metric(text: &str, name: &str) -> Option<f64> {
+    let samples: Vec<f64> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let metric = series.split('{').next()?;
+            (metric == name)
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .collect();
+    (!samples.is_empty()).then(|| samples.iter().sum())
 }
 
 /// The run id a streamfold log announced at startup.
