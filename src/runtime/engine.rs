@@ -683,8 +683,14 @@ impl Engine {
     /// lost, when committing would fail) and close them.
     fn revoked(&mut self, consumer: &BaseConsumer<EngineContext>, tasks: &[i32], lost: bool) {
         // Lost partitions cannot be committed: the whole transaction is
-        // abandoned and every task, kept or not, rewound.
+        // abandoned and every task rewound. The lost tasks close right
+        // after, so only the kept ones are sought back.
         let result = if lost {
+            for task in tasks {
+                if let Some(slot) = self.tasks.get_mut(task) {
+                    slot.running = false;
+                }
+            }
             self.rewind(consumer)
         } else {
             self.commit(consumer)
