@@ -371,8 +371,8 @@ pub fn read_topic(topic: &str, want: usize, settle: Duration, timeout: Duration)
     out
 }
 
-/// Total records in `topic` (high watermarks), counting markers too.
-pub fn topic_end_offsets(topic: &str) -> i64 {
+/// The number of partitions of `topic` (0 while it does not exist).
+pub fn partition_count(topic: &str) -> i32 {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &broker().bootstrap)
         .create()
@@ -380,14 +380,24 @@ pub fn topic_end_offsets(topic: &str) -> i64 {
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .unwrap();
-    let partitions = metadata
+    metadata
         .topics()
         .first()
-        .map_or(0, |t| t.partitions().len());
-    (0..partitions)
+        .map_or(0, |t| t.partitions().len() as i32)
+}
+
+/// Total records in `topic` (high watermarks), counting markers too.
+/// nisshi 0.7.0 answers ListOffsets with the last batch's base offset + 1,
+/// so there this is a lower bound (see [`Delivered`]).
+pub fn topic_end_offsets(topic: &str) -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .create()
+        .unwrap();
+    (0..partition_count(topic))
         .map(|p| {
             consumer
-                .fetch_watermarks(topic, p as i32, Duration::from_secs(10))
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
                 .unwrap()
                 .1
         })
@@ -758,31 +768,6 @@ impl TxnJournal {
     }
 }
 
-/// What nisshi 0.7.0 answers for the high watermark of each partition of
-/// `topic` (only its length, the partition count, can be trusted there:
-/// see [`Delivered`]).
-pub fn end_offsets(topic: &str) -> Vec<i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker().bootstrap)
-        .create()
-        .unwrap();
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .unwrap();
-    let partitions = metadata
-        .topics()
-        .first()
-        .map_or(0, |t| t.partitions().len());
-    (0..partitions)
-        .map(|p| {
-            consumer
-                .fetch_watermarks(topic, p as i32, Duration::from_secs(10))
-                .unwrap()
-                .1
-        })
-        .collect()
-}
-
 /// The offsets `group` committed on each partition of `topic` (-1: none).
 pub fn group_committed(group: &str, topic: &str, partitions: usize) -> Vec<i64> {
     let consumer: BaseConsumer = ClientConfig::new()
@@ -836,7 +821,7 @@ pub fn wait_committed_to(app: &App, group: &str, topic: &str, end: &[i64], timeo
 /// reaches its end (end-of-partition from the fetch responses), not after
 /// a quiet period.
 pub fn read_to_end(topic: &str, timeout: Duration) -> Vec<Consumed> {
-    let end = end_offsets(topic);
+    let partitions = partition_count(topic);
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &broker().bootstrap)
         .set("group.id", unique("reader"))
@@ -846,18 +831,18 @@ pub fn read_to_end(topic: &str, timeout: Duration) -> Vec<Consumed> {
         .create()
         .unwrap();
     let mut list = TopicPartitionList::new();
-    for p in 0..end.len() {
-        list.add_partition_offset(topic, p as i32, Offset::Beginning)
+    for p in 0..partitions {
+        list.add_partition_offset(topic, p, Offset::Beginning)
             .unwrap();
     }
     consumer.assign(&list).unwrap();
-    let mut done: Vec<bool> = vec![false; end.len()];
+    let mut done: Vec<bool> = vec![false; partitions as usize];
     let mut out = Vec::new();
     let deadline = Instant::now() + timeout;
     while done.iter().any(|d| !d) {
         assert!(
             Instant::now() < deadline,
-            "{topic}: partitions {done:?} not read to their ends {end:?} within {timeout:?}"
+            "{topic}: partitions {done:?} not read to their ends within {timeout:?}"
         );
         let message = match consumer.poll(Duration::from_millis(100)) {
             None => continue,
