@@ -286,7 +286,14 @@ impl Restorer {
                         }
                         continue;
                     }
-                    Err(e) => return Err(e),
+                    Err(e @ KafkaError::MessageConsumptionFatal(_)) => return Err(e),
+                    // Transient (a broker restarting, a connection reset):
+                    // librdkafka reconnects and resumes the fetch on its
+                    // own; the restore goes on where it was.
+                    Err(error) => {
+                        tracing::warn!(%error, "Restore consumer error; retrying.");
+                        break;
+                    }
                 };
                 let task = message.partition();
                 let Some(next) = reader.replaying.get_mut(&task) else {

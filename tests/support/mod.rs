@@ -39,7 +39,21 @@ pub struct Broker {
     /// Whether the broker hides records of aborted transactions from
     /// read_committed consumers (Apache Kafka does; nisshi 0.7.0 does not).
     pub strict: bool,
-    _child: Option<Child>,
+    /// The nisshi this test binary started (none for an external broker).
+    nisshi: Option<Nisshi>,
+}
+
+/// A nisshi process of this test binary, and what it takes to start it
+/// again on the same port and storage.
+struct Nisshi {
+    port: u16,
+    storage: String,
+    /// Its working directory (where the SQLite file lives).
+    dir: PathBuf,
+    /// The broker's pid, written by the watchdog shell.
+    pid_file: PathBuf,
+    _scratch: Option<tempfile::TempDir>,
+    watchdog: Mutex<Child>,
 }
 
 static BROKER: OnceLock<Broker> = OnceLock::new();
@@ -72,42 +86,120 @@ fn nisshi_binary() -> PathBuf {
     }
 }
 
-/// The broker of this test binary, started on first use.
+/// The broker of this test binary, started on first use (in memory).
 pub fn broker() -> &'static Broker {
-    BROKER.get_or_init(|| {
-        if let Ok(bootstrap) = std::env::var("STREAMFOLD_TEST_BOOTSTRAP") {
-            return Broker {
-                bootstrap,
-                strict: true,
-                _child: None,
-            };
-        }
-        let port = free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        // A watchdog shell stops the broker when this test process ends,
-        // however it ends.
-        let script = format!(
-            "{nisshi} broker --listener-url {url} --advertised-listener-url {url} \
-             --storage-engine memory://nisshi/ --group-initial-rebalance-delay 0s --silent & \
-             child=$!; while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill $child",
-            nisshi = nisshi_binary().display(),
-            parent = std::process::id(),
-        );
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nisshi starts (run scripts/install-nisshi.sh)");
-        let bootstrap = format!("127.0.0.1:{port}");
-        wait_for_broker(&bootstrap);
-        Broker {
+    BROKER.get_or_init(|| start_broker(false))
+}
+
+/// The broker of this test binary, started on first use with its data in
+/// a SQLite file, so that [`Broker::restart`] keeps topics, offsets and
+/// groups. Call it before anything else uses [`broker`].
+pub fn persistent_broker() -> &'static Broker {
+    let broker = BROKER.get_or_init(|| start_broker(true));
+    assert!(
+        broker
+            .nisshi
+            .as_ref()
+            .is_none_or(|n| n.storage.starts_with("sqlite")),
+        "the in-memory broker was started first"
+    );
+    broker
+}
+
+fn start_broker(persistent: bool) -> Broker {
+    if let Ok(bootstrap) = std::env::var("STREAMFOLD_TEST_BOOTSTRAP") {
+        return Broker {
             bootstrap,
-            strict: false,
-            _child: Some(child),
+            strict: true,
+            nisshi: None,
+        };
+    }
+    let port = free_port();
+    let scratch = persistent.then(temp_dir);
+    // nisshi 0.7.0 reads the SQLite path relative to its working
+    // directory, even an absolute one: run it in the scratch directory.
+    let storage = match &scratch {
+        Some(_) => "sqlite://nisshi.db".to_string(),
+        None => "memory://nisshi/".to_string(),
+    };
+    let pid_file = std::env::temp_dir().join(unique("nisshi-pid"));
+    let dir = scratch
+        .as_ref()
+        .map_or_else(std::env::temp_dir, |d| d.path().to_path_buf());
+    let watchdog = spawn_nisshi(port, &storage, &dir, &pid_file);
+    let bootstrap = format!("127.0.0.1:{port}");
+    wait_for_broker(&bootstrap);
+    Broker {
+        bootstrap,
+        strict: false,
+        nisshi: Some(Nisshi {
+            port,
+            storage,
+            dir,
+            pid_file,
+            _scratch: scratch,
+            watchdog: Mutex::new(watchdog),
+        }),
+    }
+}
+
+/// nisshi under a watchdog shell that stops it when this test process
+/// ends, however it ends; the shell itself ends with the broker.
+fn spawn_nisshi(port: u16, storage: &str, dir: &Path, pid_file: &Path) -> Child {
+    let url = format!("tcp://127.0.0.1:{port}");
+    let script = format!(
+        "{nisshi} broker --listener-url {url} --advertised-listener-url {url} \
+         --storage-engine {storage} --group-initial-rebalance-delay 0s --silent & \
+         child=$!; echo $child > {pid_file}; \
+         while kill -0 {parent} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 1; done; \
+         kill $child 2>/dev/null",
+        nisshi = nisshi_binary().display(),
+        pid_file = pid_file.display(),
+        parent = std::process::id(),
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nisshi starts (run scripts/install-nisshi.sh)")
+}
+
+impl Broker {
+    /// Whether [`Broker::restart`] can restart this broker: a nisshi of
+    /// this test binary with persistent storage.
+    pub fn restartable(&self) -> bool {
+        self.nisshi
+            .as_ref()
+            .is_some_and(|n| n.storage.starts_with("sqlite"))
+    }
+
+    /// Stops the broker (SIGKILL when `crash`, else SIGTERM), keeps it down
+    /// for `down`, and starts it again on the same port and storage; returns
+    /// once it answers metadata requests.
+    pub fn restart(&self, crash: bool, down: Duration) {
+        let nisshi = self.nisshi.as_ref().expect("a broker of this test binary");
+        assert!(
+            self.restartable(),
+            "an in-memory broker would lose its data"
+        );
+        let mut watchdog = nisshi.watchdog.lock().unwrap();
+        let pid = std::fs::read_to_string(&nisshi.pid_file).unwrap();
+        signal(
+            pid.trim().parse().unwrap(),
+            if crash { "KILL" } else { "TERM" },
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while watchdog.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "nisshi did not stop within 30s");
+            std::thread::sleep(Duration::from_millis(50));
         }
-    })
+        std::thread::sleep(down);
+        *watchdog = spawn_nisshi(nisshi.port, &nisshi.storage, &nisshi.dir, &nisshi.pid_file);
+        wait_for_broker(&self.bootstrap);
+    }
 }
 
 fn wait_for_broker(bootstrap: &str) {
@@ -183,6 +275,13 @@ pub fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) 
 /// the end of an input topic from the producer that wrote it.
 #[derive(Default)]
 pub struct Delivered(Mutex<BTreeMap<(String, i32), i64>>);
+
+impl Delivered {
+    /// The end offset of each `(topic, partition)` delivered to so far.
+    pub fn ends(&self) -> BTreeMap<(String, i32), i64> {
+        self.0.lock().unwrap().clone()
+    }
+}
 
 impl rdkafka::ClientContext for Delivered {}
 

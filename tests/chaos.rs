@@ -1,0 +1,717 @@
+//! Chaos on the real broker: several instances of an article topology as
+//! one consumer group, faults on a seeded schedule, every record accounted
+//! for.
+//!
+//! Each test starts `CHAOS_INSTANCES` (default 3) `streamfold run`
+//! processes with distinct `--instance-id`s against a nisshi whose data
+//! lives in SQLite, so the broker itself can be restarted. A producer that
+//! keys events by their own id (librdkafka's default partitioner, not the
+//! grouping key) feeds the input while faults are injected, so every
+//! `key_by` goes through its repartition topic. The faults, drawn from the
+//! seed:
+//!
+//! - kill -9 of an instance, restarted after a delay (sometimes with its
+//!   state directory wiped, so it restores from the changelogs);
+//! - SIGSTOP, then SIGCONT (a frozen member);
+//! - a graceful restart (SIGTERM, start again);
+//! - scale-out (a new instance) and scale-in (one stopped for good);
+//! - a broker restart (SIGTERM or SIGKILL, down for a while): at least one
+//!   per run.
+//!
+//! Then the faults stop, the test waits until the group has committed every
+//! input record and every repartitioned record (by committed offsets, not by
+//! a quiet period) and the topology's timers have fired, and judges the
+//! outputs against an expectation computed from the input alone. Finally
+//! every instance stops, every state directory is wiped, and a tail of
+//! input meets state restored from scratch; the whole output is judged
+//! again.
+//!
+//! **Which records may be extra** is known, not guessed: every process
+//! keeps a transaction journal (`--txn-journal`) and stamps its records
+//! with their transaction. On nisshi, which shows aborted transactions to
+//! read_committed readers (DESIGN §9), a record is excused only when the
+//! journal shows its transaction did not commit (aborted, or open when its
+//! process was killed); against a broker that hides them
+//! (`STREAMFOLD_TEST_BOOTSTRAP`) nothing is excused, and the broker is not
+//! restarted (the harness does not own it).
+//!
+//! Replay and scale: the seed is printed at the start; `CHAOS_SEED=<n>`
+//! replays a schedule, and `CHAOS_EVENTS`, `CHAOS_FAULTS`,
+//! `CHAOS_INSTANCES`, `CHAOS_STATIC=true|false` scale a run (the long runs
+//! in RELIABILITY.md). The schedule (fault kinds, targets, delays) depends
+//! only on the seed; when each fault lands relative to the processing does
+//! not.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use serde_json::{Value, json};
+use support::*;
+
+use streamfold::telemetry;
+use streamfold::testkit::article::METRICS;
+
+/// Partitions of each input topic (the tasks of the group).
+const PARTITIONS: i32 = 6;
+/// Instances never fall below this many, nor rise above `MAX_INSTANCES`.
+const MIN_INSTANCES: usize = 2;
+const MAX_INSTANCES: usize = 5;
+/// How long the end of a run may take to commit everything.
+const SETTLE: Duration = Duration::from_secs(300);
+
+/// What a run does, from the environment or the test's defaults.
+#[derive(Clone, Debug)]
+struct Settings {
+    seed: u64,
+    events: u64,
+    faults: usize,
+    instances: usize,
+    static_membership: bool,
+}
+
+impl Settings {
+    fn from_env(
+        test: &str,
+        seed: u64,
+        events: u64,
+        faults: usize,
+        static_membership: bool,
+    ) -> Self {
+        fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
+            let text = std::env::var(name).ok()?;
+            Some(
+                text.parse()
+                    .unwrap_or_else(|_| panic!("{name}={text} does not parse")),
+            )
+        }
+        let settings = Settings {
+            seed: var("CHAOS_SEED").unwrap_or(seed),
+            events: var("CHAOS_EVENTS").unwrap_or(events),
+            faults: var("CHAOS_FAULTS").unwrap_or(faults),
+            instances: var("CHAOS_INSTANCES").unwrap_or(3),
+            static_membership: var("CHAOS_STATIC").unwrap_or(static_membership),
+        };
+        assert!(settings.instances >= MIN_INSTANCES && settings.instances <= MAX_INSTANCES);
+        eprintln!(
+            "chaos {test}: {settings:?}\n  replay: CHAOS_SEED={} CHAOS_EVENTS={} CHAOS_FAULTS={} \
+             CHAOS_INSTANCES={} CHAOS_STATIC={} cargo test --test chaos {test} -- --nocapture",
+            settings.seed,
+            settings.events,
+            settings.faults,
+            settings.instances,
+            settings.static_membership
+        );
+        settings
+    }
+}
+
+/// One fault of the schedule. Targets are drawn when the fault is applied,
+/// from the same seeded generator, among the instances then running: the
+/// sequence of instance counts, and so every draw, depends only on the seed.
+#[derive(Clone, Debug)]
+enum Fault {
+    Kill { wipe: bool, down: Duration },
+    Freeze(Duration),
+    Restart,
+    ScaleOut,
+    ScaleIn,
+    BrokerRestart { crash: bool, down: Duration },
+}
+
+/// The faults of a run and the pause before each one.
+fn schedule(rng: &mut StdRng, faults: usize, broker_restarts: bool) -> Vec<(Duration, Fault)> {
+    let millis =
+        |rng: &mut StdRng, lo: u64, hi: u64| Duration::from_millis(rng.random_range(lo..hi));
+    let mut plan: Vec<(Duration, Fault)> = (0..faults)
+        .map(|_| {
+            let gap = millis(rng, 500, 4_000);
+            let fault = match rng.random_range(0..100) {
+                0..40 => Fault::Kill {
+                    wipe: rng.random_bool(0.25),
+                    down: millis(rng, 200, 5_000),
+                },
+                40..55 => Fault::Freeze(millis(rng, 500, 6_000)),
+                55..70 => Fault::Restart,
+                70..80 => Fault::ScaleOut,
+                80..90 => Fault::ScaleIn,
+                _ => Fault::BrokerRestart {
+                    crash: rng.random_bool(0.5),
+                    down: millis(rng, 500, 4_000),
+                },
+            };
+            (gap, fault)
+        })
+        .collect();
+    if !broker_restarts {
+        plan.retain(|(_, f)| !matches!(f, Fault::BrokerRestart { .. }));
+    } else if faults > 0
+        && !plan
+            .iter()
+            .any(|(_, f)| matches!(f, Fault::BrokerRestart { .. }))
+    {
+        let at = rng.random_range(0..plan.len());
+        plan[at].1 = Fault::BrokerRestart {
+            crash: rng.random_bool(0.5),
+            down: millis(rng, 500, 4_000),
+        };
+    }
+    plan
+}
+
+/// A running instance: its process, and what outlives the process.
+struct Member {
+    app: App,
+    state: PathBuf,
+}
+
+/// The instances of one application under chaos.
+struct Cluster {
+    topology: PathBuf,
+    env: Vec<(String, String)>,
+    static_membership: bool,
+    dir: tempfile::TempDir,
+    members: BTreeMap<String, Member>,
+    next: usize,
+    /// One journal file per process (a process appends only to its own).
+    journals: Vec<PathBuf>,
+    /// Every log file, for failure messages.
+    logs: Vec<PathBuf>,
+}
+
+impl Cluster {
+    fn start(topology: &str, env: Vec<(String, String)>, settings: &Settings) -> Cluster {
+        let mut cluster = Cluster {
+            topology: repo().join("topologies").join(topology),
+            env,
+            static_membership: settings.static_membership,
+            dir: temp_dir(),
+            members: BTreeMap::new(),
+            next: 0,
+            journals: Vec::new(),
+            logs: Vec::new(),
+        };
+        for _ in 0..settings.instances {
+            cluster.scale_out();
+        }
+        cluster
+    }
+
+    fn spawn(&mut self, id: &str, state: PathBuf) -> Member {
+        let journal = self.dir.path().join(unique(&format!("journal-{id}")));
+        self.journals.push(journal.clone());
+        let mut env = self.env.clone();
+        env.push((
+            "STREAMFOLD_STATIC_MEMBERSHIP".into(),
+            self.static_membership.to_string(),
+        ));
+        let app = App::start(
+            &AppConfig {
+                topology: self.topology.clone(),
+                instance: id.to_string(),
+                state_dir: state.clone(),
+                env,
+                txn_header: true,
+                args: vec!["--txn-journal".into(), journal.display().to_string()],
+            },
+            self.dir.path(),
+        );
+        self.logs.push(app.log.clone());
+        Member { app, state }
+    }
+
+    fn scale_out(&mut self) -> String {
+        let id = format!("instance-{}", self.next);
+        self.next += 1;
+        let state = self.dir.path().join(format!("state-{id}"));
+        let member = self.spawn(&id, state);
+        self.members.insert(id.clone(), member);
+        id
+    }
+
+    fn pick(&self, rng: &mut StdRng) -> String {
+        let ids: Vec<&String> = self.members.keys().collect();
+        ids[rng.random_range(0..ids.len())].clone()
+    }
+
+    fn assert_running(&self) {
+        for member in self.members.values() {
+            member.app.assert_running();
+        }
+    }
+
+    /// Applies `fault`; returns what it did, for the run's log.
+    fn apply(&mut self, fault: &Fault, rng: &mut StdRng) -> String {
+        match *fault {
+            Fault::Kill { wipe, down } => {
+                let id = self.pick(rng);
+                let member = self.members.remove(&id).unwrap();
+                member.app.kill();
+                if wipe {
+                    std::fs::remove_dir_all(&member.state).ok();
+                }
+                std::thread::sleep(down);
+                let restarted = self.spawn(&id, member.state);
+                self.members.insert(id.clone(), restarted);
+                format!(
+                    "kill -9 {id}, down {down:?}{}",
+                    if wipe { ", state wiped" } else { "" }
+                )
+            }
+            Fault::Freeze(pause) => {
+                let id = self.pick(rng);
+                let app = &self.members[&id].app;
+                app.pause();
+                std::thread::sleep(pause);
+                app.resume();
+                format!("SIGSTOP {id} for {pause:?}")
+            }
+            Fault::Restart => {
+                let id = self.pick(rng);
+                let member = self.members.remove(&id).unwrap();
+                member.app.stop();
+                let restarted = self.spawn(&id, member.state);
+                self.members.insert(id.clone(), restarted);
+                format!("graceful restart of {id}")
+            }
+            Fault::ScaleOut if self.members.len() < MAX_INSTANCES => {
+                format!("scale out: {} added", self.scale_out())
+            }
+            Fault::ScaleIn if self.members.len() > MIN_INSTANCES => {
+                let id = self.pick(rng);
+                self.members.remove(&id).unwrap().app.stop();
+                format!("scale in: {id} stopped for good")
+            }
+            // At the bounds, scaling turns into the opposite step.
+            Fault::ScaleOut => self.apply(&Fault::ScaleIn, rng),
+            Fault::ScaleIn => self.apply(&Fault::ScaleOut, rng),
+            Fault::BrokerRestart { crash, down } => {
+                broker().restart(crash, down);
+                format!(
+                    "broker {}, down {down:?}",
+                    if crash { "kill -9" } else { "SIGTERM" }
+                )
+            }
+        }
+    }
+
+    /// Every instance stops; their state directories are wiped; `instances`
+    /// fresh processes (same ids) restore from the changelogs.
+    fn restart_from_scratch(&mut self, instances: usize) {
+        let stopped: Vec<(String, Member)> =
+            std::mem::take(&mut self.members).into_iter().collect();
+        for (_, member) in stopped {
+            member.app.stop();
+            std::fs::remove_dir_all(&member.state).ok();
+        }
+        self.next = 0;
+        for _ in 0..instances {
+            self.scale_out();
+        }
+    }
+
+    fn journal(&self) -> TxnJournal {
+        let mut all = TxnJournal::default();
+        for path in &self.journals {
+            let one = TxnJournal::read(path);
+            all.begun.extend(one.begun);
+            all.committed.extend(one.committed);
+            all.aborted.extend(one.aborted);
+        }
+        all
+    }
+
+    fn metric_sum(&self, name: &str) -> Option<f64> {
+        let mut total = 0.0;
+        for member in self.members.values() {
+            total += find_metric(&member.app.metrics_text(), name)?;
+        }
+        Some(total)
+    }
+
+    fn logs_tail(&self) -> String {
+        self.logs
+            .iter()
+            .map(|log| {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+                format!("==> {} <==\n{tail}", log.display())
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Waits until the group has committed every record of `topic` up to
+    /// `end` (per partition: the offset after the last record), checking the
+    /// instances stay up.
+    fn wait_committed(&self, group: &str, topic: &str, end: &[i64]) {
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            let committed = group_committed(group, topic, end.len());
+            if committed.iter().zip(end).all(|(c, e)| *e == 0 || *c >= *e) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{group} committed {committed:?} of {topic}, whose end is {end:?}, within {SETTLE:?}\n{}",
+                self.logs_tail()
+            );
+            self.assert_running();
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Waits until `condition` holds of the instances' metrics (summed over
+    /// instances; a metric missing on any instance does not hold).
+    fn wait_metrics(&self, what: &str, condition: impl Fn(&Cluster) -> bool) {
+        let deadline = Instant::now() + SETTLE;
+        while !condition(self) {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {SETTLE:?}\n{}",
+                self.logs_tail()
+            );
+            self.assert_running();
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+/// The input producer: keyed by the event's own id and placed by
+/// librdkafka's default partitioner, so records of one grouping key are
+/// spread over every partition. It rides out broker restarts (idempotent,
+/// long delivery timeout); a record that is not delivered fails the test.
+struct Feed {
+    producer: BaseProducer<Delivered>,
+}
+
+impl Feed {
+    fn new() -> Feed {
+        Feed {
+            producer: ClientConfig::new()
+                .set("bootstrap.servers", &broker().bootstrap)
+                .set("enable.idempotence", "true")
+                .set("linger.ms", "5")
+                .set("message.timeout.ms", "300000")
+                .create_with_context(Delivered::default())
+                .unwrap(),
+        }
+    }
+
+    fn send(&self, topic: &str, key: &str, value: &Value) {
+        let payload = serde_json::to_vec(value).unwrap();
+        let mut record = BaseRecord::<str, [u8]>::to(topic)
+            .key(key)
+            .payload(&payload);
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => {
+                    self.producer.poll(Duration::ZERO);
+                    return;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    self.producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => panic!("produce failed: {e}"),
+            }
+        }
+    }
+
+    fn flush(&self) {
+        self.producer
+            .flush(Duration::from_secs(300))
+            .expect("every input record is delivered");
+    }
+
+    /// The offset after the last record written to each partition.
+    fn ends(&self, topic: &str) -> Vec<i64> {
+        let ends = self.producer.context().ends();
+        (0..PARTITIONS)
+            .map(|p| ends.get(&(topic.to_string(), p)).copied().unwrap_or(0))
+            .collect()
+    }
+}
+
+/// Sends `events` paced evenly over `over`, on its own thread; returns the
+/// producer once every record is delivered.
+fn feed_during(
+    events: Vec<(String, String, Value)>,
+    over: Duration,
+) -> std::thread::JoinHandle<Feed> {
+    std::thread::spawn(move || {
+        let feed = Feed::new();
+        let started = Instant::now();
+        let total = events.len().max(1) as u32;
+        for (i, (topic, key, value)) in events.iter().enumerate() {
+            let due = started + over * (i as u32) / total;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            feed.send(topic, key, value);
+        }
+        feed.flush();
+        feed
+    })
+}
+
+/// The offset after the last record of each partition of `topic`, from a
+/// read to its end (nisshi's ListOffsets cannot be trusted, DESIGN §9).
+fn record_ends(topic: &str) -> Vec<i64> {
+    let mut ends = vec![0; partition_count(topic) as usize];
+    for record in read_to_end(topic, Duration::from_secs(120)) {
+        let end = &mut ends[record.partition as usize];
+        *end = (*end).max(record.offset + 1);
+    }
+    ends
+}
+
+/// Runs `plan` against `cluster` while `events` are fed; returns the
+/// producer once everything is delivered and the faults are over.
+fn run_chaos(
+    cluster: &mut Cluster,
+    rng: &mut StdRng,
+    settings: &Settings,
+    events: Vec<(String, String, Value)>,
+) -> Feed {
+    let plan = schedule(rng, settings.faults, broker().restartable());
+    eprintln!("chaos plan ({} faults):", plan.len());
+    for (gap, fault) in &plan {
+        eprintln!("  after {gap:?}: {fault:?}");
+    }
+    let planned: Duration = plan
+        .iter()
+        .map(|(gap, fault)| {
+            *gap + match fault {
+                Fault::Kill { down, .. } => *down,
+                Fault::Freeze(pause) => *pause,
+                Fault::BrokerRestart { down, .. } => *down,
+                _ => Duration::from_secs(1),
+            }
+        })
+        .sum();
+    let feeding = feed_during(events, planned);
+    let started = Instant::now();
+    for (i, (gap, fault)) in plan.iter().enumerate() {
+        std::thread::sleep(*gap);
+        cluster.assert_running();
+        let done = cluster.apply(fault, rng);
+        eprintln!(
+            "  [{:>6.1}s] fault {}: {done}",
+            started.elapsed().as_secs_f64(),
+            i + 1
+        );
+    }
+    let feed = feeding.join().expect("the producer delivered every record");
+    cluster.assert_running();
+    feed
+}
+
+/// Splits `records` by what the journal says of their transactions:
+/// committed ones, and the count of excused ones (aborted, or open when
+/// their process was killed). A record without a transaction, or with one
+/// the journal never saw, fails the test; on a broker that hides aborted
+/// transactions nothing is excused.
+fn committed_only<'a>(records: &'a [Consumed], journal: &TxnJournal) -> (Vec<&'a Consumed>, usize) {
+    let mut committed = Vec::new();
+    let mut excused = 0;
+    for record in records {
+        let label = record
+            .header("streamfold.txn")
+            .unwrap_or_else(|| panic!("a record without its transaction: {record:?}"));
+        assert!(
+            journal.begun.contains(label),
+            "{label} is not in any journal"
+        );
+        if journal.committed.contains(label) {
+            committed.push(record);
+        } else {
+            excused += 1;
+        }
+    }
+    if broker().strict {
+        assert_eq!(
+            excused, 0,
+            "a broker that hides aborted transactions shows none of their records"
+        );
+    }
+    (committed, excused)
+}
+
+fn strings(value: &Value) -> BTreeSet<String> {
+    match value {
+        Value::Array(items) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string())
+            })
+            .collect(),
+        Value::Object(map) => map.keys().cloned().collect(),
+        _ => BTreeSet::new(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// social-metrics: fold bursts per account through the repartition topic.
+
+const SOCIAL_ACCOUNTS: u64 = 200;
+
+/// Event `i`: a random account, a post id of its own (so each event can be
+/// traced to the one folded event that carries it), one or two metrics.
+fn social_event(rng: &mut StdRng, i: u64, topic: &str) -> (String, String, Value) {
+    let account = format!("account_{}", rng.random_range(0..SOCIAL_ACCOUNTS));
+    let mut metrics = serde_json::Map::new();
+    for _ in 0..rng.random_range(1..3) {
+        metrics.insert(
+            METRICS[rng.random_range(0..METRICS.len())].to_string(),
+            json!(i),
+        );
+    }
+    let value = json!({"account_id": account, "post_id": format!("post_{i}"), "metrics": metrics});
+    (topic.to_string(), format!("event_{i}"), value)
+}
+
+/// Every input event is in exactly one committed folded event, under its
+/// account; each folded event's `folded_count` is the number of posts it
+/// carries; per account, the metrics are the union of its events'.
+fn judge_social(
+    outputs: &[Consumed],
+    journal: &TxnJournal,
+    input: &[(String, String, Value)],
+) -> usize {
+    let (committed, excused) = committed_only(outputs, journal);
+    let mut expected_posts: BTreeMap<String, String> = BTreeMap::new();
+    let mut expected_metrics: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (_, _, event) in input {
+        let account = event["account_id"].as_str().unwrap().to_string();
+        expected_posts.insert(
+            event["post_id"].as_str().unwrap().to_string(),
+            account.clone(),
+        );
+        expected_metrics
+            .entry(account)
+            .or_default()
+            .extend(strings(&event["metrics"]));
+    }
+    let mut seen_posts: BTreeMap<String, String> = BTreeMap::new();
+    let mut seen_metrics: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for record in &committed {
+        let fold = record.json();
+        let account = fold["account_id"].as_str().unwrap().to_string();
+        assert_eq!(record.key.as_deref(), Some(account.as_str()), "{fold}");
+        let posts = strings(&fold["posts"]);
+        assert_eq!(
+            fold["folded_count"].as_u64(),
+            Some(posts.len() as u64),
+            "a folded event counts each of its events once: {fold}"
+        );
+        for post in posts {
+            let label = record.header("streamfold.txn").unwrap();
+            if let Some(first) = seen_posts.insert(post.clone(), format!("{account} in {label}")) {
+                panic!("{post} folded twice: {first}, and {account} in {label}");
+            }
+            assert_eq!(
+                expected_posts.get(&post),
+                Some(&account),
+                "{post} folded under the wrong account, or never produced"
+            );
+        }
+        seen_metrics
+            .entry(account)
+            .or_default()
+            .extend(strings(&fold["metrics"]));
+    }
+    let missing: Vec<&String> = expected_posts
+        .keys()
+        .filter(|p| !seen_posts.contains_key(*p))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} events are in no committed folded event, e.g. {:?}",
+        missing.len(),
+        expected_posts.len(),
+        &missing[..missing.len().min(10)]
+    );
+    assert_eq!(seen_metrics, expected_metrics, "metrics per account");
+    excused
+}
+
+#[test]
+fn social_metrics_under_chaos() {
+    let _serial = serial();
+    persistent_broker();
+    let settings = Settings::from_env("social_metrics_under_chaos", 1, 6_000, 10, false);
+    let mut rng = StdRng::seed_from_u64(settings.seed);
+    let app = unique("chaos-social");
+    let source = unique("chaos-posts");
+    let folded = unique("chaos-folded");
+    let dlq = unique("chaos-social-dlq");
+    create_topic(&source, PARTITIONS);
+    let env: Vec<(String, String)> = [
+        ("STREAMFOLD_APP", app.as_str()),
+        ("POST_METRICS_TOPIC", source.as_str()),
+        ("FOLDED_TOPIC", folded.as_str()),
+        ("DEAD_LETTER_TOPIC", dlq.as_str()),
+        ("FOLD_QUIET_FOR", "1s"),
+        ("FOLD_MAX_WAIT", "10s"),
+        ("FOLD_MAX_EVENTS", "20"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let input: Vec<(String, String, Value)> = (0..settings.events)
+        .map(|i| social_event(&mut rng, i, &source))
+        .collect();
+    let tail: Vec<(String, String, Value)> = (settings.events..settings.events + SOCIAL_ACCOUNTS)
+        .map(|i| social_event(&mut rng, i, &source))
+        .collect();
+
+    let mut cluster = Cluster::start("social-metrics.yaml", env, &settings);
+    let feed = run_chaos(&mut cluster, &mut rng, &settings, input.clone());
+    let settle = |cluster: &Cluster, feed: &Feed| {
+        cluster.wait_committed(&app, &source, &feed.ends(&source));
+        let repartition = format!("{app}-fold_account-repartition");
+        cluster.wait_committed(&app, &repartition, &record_ends(&repartition));
+        cluster.wait_metrics("every task runs and every fold is closed", |c| {
+            c.metric_sum(telemetry::TASKS_RUNNING) == Some(PARTITIONS as f64)
+                && c.metric_sum(telemetry::FOLD_OPEN) == Some(0.0)
+        });
+    };
+    settle(&cluster, &feed);
+    let journal = cluster.journal();
+    let excused = judge_social(
+        &read_to_end(&folded, Duration::from_secs(120)),
+        &journal,
+        &input,
+    );
+    eprintln!(
+        "judged {} events: nothing lost, nothing twice; {excused} records of {} uncommitted \
+         transactions excused ({} open at a kill)",
+        input.len(),
+        journal.uncommitted().len(),
+        journal.open_at_kill().len()
+    );
+
+    cluster.restart_from_scratch(settings.instances.min(2));
+    let feeding = feed_during(tail.clone(), Duration::from_secs(1));
+    let feed = feeding.join().unwrap();
+    settle(&cluster, &feed);
+    let all: Vec<(String, String, Value)> = input.into_iter().chain(tail).collect();
+    judge_social(
+        &read_to_end(&folded, Duration::from_secs(120)),
+        &cluster.journal(),
+        &all,
+    );
+    let dead = read_to_end(&dlq, Duration::from_secs(60));
+    assert!(dead.is_empty(), "dead letters: {dead:?}");
+}
