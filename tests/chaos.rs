@@ -20,8 +20,9 @@
 //!
 //! Then the faults stop, the test waits until the group has committed every
 //! input record and every repartitioned record (by committed offsets, not by
-//! a quiet period) and the topology's timers have fired, and judges the
-//! outputs against an expectation computed from the input alone. Finally
+//! a quiet period) and the outputs that timers produce are all there (every
+//! event in a committed folded event, every counter at its value), and judges
+//! the outputs against an expectation computed from the input alone. Finally
 //! every instance stops, every state directory is wiped, and a tail of
 //! input meets state restored from scratch; the whole output is judged
 //! again.
@@ -56,7 +57,6 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::{Value, json};
 use support::*;
 
-use streamfold::telemetry;
 use streamfold::testkit::article::METRICS;
 
 /// Partitions of each input topic (the tasks of the group).
@@ -177,7 +177,8 @@ struct Cluster {
     topology: PathBuf,
     env: Vec<(String, String)>,
     static_membership: bool,
-    dir: tempfile::TempDir,
+    /// Logs, journals and state; kept when the test fails.
+    dir: Option<tempfile::TempDir>,
     members: BTreeMap<String, Member>,
     next: usize,
     /// One journal file per process (a process appends only to its own).
@@ -192,7 +193,7 @@ impl Cluster {
             topology: repo().join("topologies").join(topology),
             env,
             static_membership: settings.static_membership,
-            dir: temp_dir(),
+            dir: Some(temp_dir()),
             members: BTreeMap::new(),
             next: 0,
             journals: Vec::new(),
@@ -204,8 +205,12 @@ impl Cluster {
         cluster
     }
 
+    fn dir(&self) -> &std::path::Path {
+        self.dir.as_ref().unwrap().path()
+    }
+
     fn spawn(&mut self, id: &str, state: PathBuf) -> Member {
-        let journal = self.dir.path().join(unique(&format!("journal-{id}")));
+        let journal = self.dir().join(unique(&format!("journal-{id}")));
         self.journals.push(journal.clone());
         let mut env = self.env.clone();
         env.push((
@@ -221,7 +226,7 @@ impl Cluster {
                 txn_header: true,
                 args: vec!["--txn-journal".into(), journal.display().to_string()],
             },
-            self.dir.path(),
+            self.dir(),
         );
         self.logs.push(app.log.clone());
         Member { app, state }
@@ -230,7 +235,7 @@ impl Cluster {
     fn scale_out(&mut self) -> String {
         let id = format!("instance-{}", self.next);
         self.next += 1;
-        let state = self.dir.path().join(format!("state-{id}"));
+        let state = self.dir().join(format!("state-{id}"));
         let member = self.spawn(&id, state);
         self.members.insert(id.clone(), member);
         id
@@ -328,14 +333,6 @@ impl Cluster {
         all
     }
 
-    fn metric_sum(&self, name: &str) -> Option<f64> {
-        let mut total = 0.0;
-        for member in self.members.values() {
-            total += find_metric(&member.app.metrics_text(), name)?;
-        }
-        Some(total)
-    }
-
     fn logs_tail(&self) -> String {
         self.logs
             .iter()
@@ -371,7 +368,7 @@ impl Cluster {
 
     /// Waits until `condition` holds of the instances' metrics (summed over
     /// instances; a metric missing on any instance does not hold).
-    fn wait_metrics(&self, what: &str, condition: impl Fn(&Cluster) -> bool) {
+    fn wait_until(&self, what: &str, condition: impl Fn(&Cluster) -> bool) {
         let deadline = Instant::now() + SETTLE;
         while !condition(self) {
             assert!(
@@ -381,6 +378,15 @@ impl Cluster {
             );
             self.assert_running();
             std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let kept = self.dir.take().unwrap().keep();
+            eprintln!("chaos: logs, journals and state kept in {}", kept.display());
         }
     }
 }
@@ -451,12 +457,23 @@ fn feed_during(
         let feed = Feed::new();
         let started = Instant::now();
         let total = events.len().max(1) as u32;
-        for (i, (topic, key, value)) in events.iter().enumerate() {
+        // A null `event_time` is stamped with the time of sending; copies of
+        // one token (a retry) share the first copy's stamp.
+        let mut stamps: BTreeMap<String, String> = BTreeMap::new();
+        for (i, (topic, key, value)) in events.into_iter().enumerate() {
             let due = started + over * (i as u32) / total;
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
-            feed.send(topic, key, value);
+            let mut value = value;
+            if value.get("event_time") == Some(&Value::Null) {
+                let token = value["token"].as_str().unwrap_or_default().to_string();
+                let stamp = stamps.entry(token).or_insert_with(|| {
+                    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+                });
+                value["event_time"] = json!(stamp);
+            }
+            feed.send(&topic, &key, &value);
         }
         feed.flush();
         feed
@@ -617,8 +634,12 @@ fn judge_social(
         );
         for post in posts {
             let label = record.header("streamfold.txn").unwrap();
-            if let Some(first) = seen_posts.insert(post.clone(), format!("{account} in {label}")) {
-                panic!("{post} folded twice: {first}, and {account} in {label}");
+            let place = format!(
+                "{account} in {label} at {}/{}",
+                record.partition, record.offset
+            );
+            if let Some(first) = seen_posts.insert(post.clone(), place.clone()) {
+                panic!("{post} folded twice: {first}, and {place}");
             }
             assert_eq!(
                 expected_posts.get(&post),
@@ -646,72 +667,530 @@ fn judge_social(
     excused
 }
 
+/// An input record: topic, key, value.
+type Event = (String, String, Value);
+
+/// One article topology under chaos.
+struct Scenario {
+    test: &'static str,
+    topology: &'static str,
+    app: String,
+    /// The input topics, created by the test.
+    sources: Vec<String>,
+    /// Repartition topics to see committed to their ends.
+    repartitions: Vec<String>,
+    env: Vec<(String, String)>,
+    /// Whether the outputs of `input` are complete, from what the output
+    /// topics hold: timers (folds closing, rollups) may still be due once
+    /// every input record is committed.
+    finished: Box<dyn Fn(&Cluster, &[Event]) -> bool>,
+}
+
+impl Scenario {
+    fn new(test: &'static str, topology: &'static str, prefix: &str) -> Scenario {
+        Scenario {
+            test,
+            topology,
+            app: unique(prefix),
+            sources: Vec::new(),
+            repartitions: Vec::new(),
+            env: Vec::new(),
+            finished: Box::new(|_, _| true),
+        }
+    }
+
+    fn env(&mut self, name: &str, value: &str) {
+        self.env.push((name.into(), value.into()));
+    }
+
+    /// A fresh topic named after `prefix`, passed to the topology as `var`.
+    fn topic(&mut self, var: &str, prefix: &str) -> String {
+        let topic = unique(prefix);
+        self.env(var, &topic);
+        topic
+    }
+
+    fn source(&mut self, var: &str, prefix: &str) -> String {
+        let topic = self.topic(var, prefix);
+        create_topic(&topic, PARTITIONS);
+        self.sources.push(topic.clone());
+        topic
+    }
+
+    fn repartition(&mut self, node: &str) {
+        self.repartitions
+            .push(format!("{}-{node}-repartition", self.app));
+    }
+
+    /// Waits until everything fed so far (`input`) is processed and
+    /// committed.
+    fn settle(&self, cluster: &Cluster, feed: &Feed, input: &[Event]) {
+        for source in &self.sources {
+            cluster.wait_committed(&self.app, source, &feed.ends(source));
+        }
+        for topic in &self.repartitions {
+            cluster.wait_committed(&self.app, topic, &record_ends(topic));
+        }
+        cluster.wait_until("the outputs are complete", |c| (self.finished)(c, input));
+    }
+
+    /// The whole run: chaos while `input` is fed, judge; then every state
+    /// directory wiped, `tail` fed to state restored from scratch, judge
+    /// everything again. `judge` reads the outputs, then the journals (so
+    /// that every transaction it sees has its `begin` there), and returns
+    /// the number of excused records.
+    fn run(
+        mut self,
+        settings: &Settings,
+        rng: &mut StdRng,
+        input: Vec<Event>,
+        tail: Vec<Event>,
+        judge: impl Fn(&Cluster, &[Event]) -> usize,
+    ) {
+        self.env("STREAMFOLD_APP", &self.app.clone());
+        let mut cluster = Cluster::start(self.topology, self.env.clone(), settings);
+        let feed = run_chaos(&mut cluster, rng, settings, input.clone());
+        self.settle(&cluster, &feed, &input);
+        let excused = judge(&cluster, &input);
+        let journal = cluster.journal();
+        eprintln!(
+            "{}: judged {} input records: nothing lost, nothing twice; {excused} records of {} \
+             uncommitted transactions excused ({} open at a kill, {} aborted)",
+            self.test,
+            input.len(),
+            journal.uncommitted().len(),
+            journal.open_at_kill().len(),
+            journal.aborted.len(),
+        );
+
+        cluster.restart_from_scratch(settings.instances.min(2));
+        let feed = feed_during(tail.clone(), Duration::from_secs(1))
+            .join()
+            .unwrap();
+        let all: Vec<Event> = input.into_iter().chain(tail).collect();
+        self.settle(&cluster, &feed, &all);
+        judge(&cluster, &all);
+        eprintln!(
+            "{}: after a from-scratch restore and {} more records: judged again, all well",
+            self.test,
+            all.len()
+        );
+    }
+}
+
 #[test]
 fn social_metrics_under_chaos() {
     let _serial = serial();
     persistent_broker();
     let settings = Settings::from_env("social_metrics_under_chaos", 1, 6_000, 10, false);
     let mut rng = StdRng::seed_from_u64(settings.seed);
-    let app = unique("chaos-social");
-    let source = unique("chaos-posts");
-    let folded = unique("chaos-folded");
-    let dlq = unique("chaos-social-dlq");
-    create_topic(&source, PARTITIONS);
-    let env: Vec<(String, String)> = [
-        ("STREAMFOLD_APP", app.as_str()),
-        ("POST_METRICS_TOPIC", source.as_str()),
-        ("FOLDED_TOPIC", folded.as_str()),
-        ("DEAD_LETTER_TOPIC", dlq.as_str()),
-        ("FOLD_QUIET_FOR", "1s"),
-        ("FOLD_MAX_WAIT", "10s"),
-        ("FOLD_MAX_EVENTS", "20"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let input: Vec<(String, String, Value)> = (0..settings.events)
+    let mut scenario = Scenario::new(
+        "social_metrics_under_chaos",
+        "social-metrics.yaml",
+        "chaos-social",
+    );
+    let source = scenario.source("POST_METRICS_TOPIC", "chaos-posts");
+    let folded = scenario.topic("FOLDED_TOPIC", "chaos-folded");
+    let dlq = scenario.topic("DEAD_LETTER_TOPIC", "chaos-social-dlq");
+    scenario.repartition("fold_account");
+    scenario.env("FOLD_QUIET_FOR", "1s");
+    scenario.env("FOLD_MAX_WAIT", "10s");
+    scenario.env("FOLD_MAX_EVENTS", "20");
+    // Done when the committed folded events count every input event.
+    let topic = folded.clone();
+    scenario.finished = Box::new(move |cluster, input| {
+        let outputs = read_to_end(&topic, Duration::from_secs(120));
+        let journal = cluster.journal();
+        let folded: u64 = committed_only(&outputs, &journal)
+            .0
+            .iter()
+            .map(|r| r.json()["folded_count"].as_u64().unwrap_or(0))
+            .sum();
+        folded >= input.len() as u64
+    });
+    let input: Vec<Event> = (0..settings.events)
         .map(|i| social_event(&mut rng, i, &source))
         .collect();
-    let tail: Vec<(String, String, Value)> = (settings.events..settings.events + SOCIAL_ACCOUNTS)
+    let tail: Vec<Event> = (settings.events..settings.events + SOCIAL_ACCOUNTS)
         .map(|i| social_event(&mut rng, i, &source))
         .collect();
+    scenario.run(&settings, &mut rng, input, tail, |cluster, input| {
+        let dead = read_to_end(&dlq, Duration::from_secs(60));
+        assert!(dead.is_empty(), "dead letters: {dead:?}");
+        let outputs = read_to_end(&folded, Duration::from_secs(120));
+        judge_social(&outputs, &cluster.journal(), input)
+    });
+}
 
-    let mut cluster = Cluster::start("social-metrics.yaml", env, &settings);
-    let feed = run_chaos(&mut cluster, &mut rng, &settings, input.clone());
-    let settle = |cluster: &Cluster, feed: &Feed| {
-        cluster.wait_committed(&app, &source, &feed.ends(&source));
-        let repartition = format!("{app}-fold_account-repartition");
-        cluster.wait_committed(&app, &repartition, &record_ends(&repartition));
-        cluster.wait_metrics("every task runs and every fold is closed", |c| {
-            c.metric_sum(telemetry::TASKS_RUNNING) == Some(PARTITIONS as f64)
-                && c.metric_sum(telemetry::FOLD_OPEN) == Some(0.0)
-        });
-    };
-    settle(&cluster, &feed);
-    let journal = cluster.journal();
-    let excused = judge_social(
-        &read_to_end(&folded, Duration::from_secs(120)),
-        &journal,
-        &input,
-    );
-    eprintln!(
-        "judged {} events: nothing lost, nothing twice; {excused} records of {} uncommitted \
-         transactions excused ({} open at a kill)",
-        input.len(),
-        journal.uncommitted().len(),
-        journal.open_at_kill().len()
-    );
+// ---------------------------------------------------------------------------
+// question-feed: dedup, a projection per question and ordered thanks totals,
+// both through repartition topics, with every event sent twice now and then.
 
-    cluster.restart_from_scratch(settings.instances.min(2));
-    let feeding = feed_during(tail.clone(), Duration::from_secs(1));
-    let feed = feeding.join().unwrap();
-    settle(&cluster, &feed);
-    let all: Vec<(String, String, Value)> = input.into_iter().chain(tail).collect();
-    judge_social(
-        &read_to_end(&folded, Duration::from_secs(120)),
-        &cluster.journal(),
-        &all,
+const QUESTIONS: u64 = 60;
+const ANSWERS: u64 = 60;
+
+/// The question-feed input: per question a `QuestionCreated` then edits and
+/// answers (some questions end deleted), per answer growing thanks totals;
+/// each event keyed by its id, about one in ten sent twice (dedup drops the
+/// copy). `first` numbers the events; `sequences` carries each question's and
+/// answer's next sequence across calls.
+fn question_events(
+    rng: &mut StdRng,
+    topic: &str,
+    count: u64,
+    first: u64,
+    sequences: &mut BTreeMap<String, u64>,
+) -> Vec<Event> {
+    let mut out = Vec::new();
+    for i in first..first + count {
+        let id = format!("event_{i}");
+        let value = if rng.random_bool(0.6) {
+            let question = format!("q{}", rng.random_range(0..QUESTIONS));
+            let seq = sequences.entry(question.clone()).or_insert(0);
+            *seq += 1;
+            let kind = match (*seq, rng.random_range(0..10)) {
+                (1, _) => "QuestionCreated",
+                (_, 0..5) => "QuestionEdited",
+                (_, 5..9) => "AnswerAdded",
+                _ => "QuestionDeleted",
+            };
+            json!({"event_id": id, "type": kind, "question_id": question, "sequence": *seq,
+                   "title": format!("{question} title {seq}"), "author": format!("author of {question}")})
+        } else {
+            let answer = format!("a{}", rng.random_range(0..ANSWERS));
+            let seq = sequences.entry(answer.clone()).or_insert(0);
+            *seq += 1;
+            json!({"event_id": id, "type": "ThanksForAnswerGiven", "answer_id": answer,
+                   "totalThanks": *seq, "sequence": *seq})
+        };
+        let event = (topic.to_string(), id, value);
+        if rng.random_bool(0.1) {
+            out.push(event.clone());
+        }
+        out.push(event);
+    }
+    out
+}
+
+/// The read model a question's events give, applied in sequence order.
+fn expected_question(question: &str, events: &BTreeMap<u64, Value>) -> Value {
+    let mut model = serde_json::Map::new();
+    let mut answers = 0;
+    for event in events.values() {
+        match event["type"].as_str().unwrap() {
+            "QuestionCreated" => {
+                model.insert("title".into(), event["title"].clone());
+                model.insert("author".into(), event["author"].clone());
+                model.entry("is_deleted").or_insert(json!(false));
+            }
+            "QuestionEdited" => {
+                model.insert("title".into(), event["title"].clone());
+            }
+            "AnswerAdded" => {
+                answers += 1;
+                model.insert("answers".into(), json!(answers));
+            }
+            _ => {
+                model.insert("is_deleted".into(), json!(true));
+            }
+        }
+    }
+    model.insert("question_id".into(), json!(question));
+    model.insert("version".into(), json!(events.len()));
+    Value::Object(model)
+}
+
+/// Per question (the topic is compacted, so a question's history may be
+/// cut short): the committed read models there carry growing versions, no
+/// version comes with two contents, and the last is the in-order fold of
+/// every distinct event, its version their number. Per answer: committed
+/// totals grow in sequence with growing Lamport clocks, the last is the
+/// highest total sent, and its clock counts at most one tick per total.
+fn judge_questions(
+    models: &[Consumed],
+    thanks: &[Consumed],
+    journal: &TxnJournal,
+    input: &[Event],
+) -> usize {
+    let mut questions: BTreeMap<String, BTreeMap<u64, Value>> = BTreeMap::new();
+    let mut answers: BTreeMap<String, u64> = BTreeMap::new();
+    for (_, _, event) in input {
+        let seq = event["sequence"].as_u64().unwrap();
+        if let Some(question) = event["question_id"].as_str() {
+            questions
+                .entry(question.into())
+                .or_default()
+                .insert(seq, event.clone());
+        } else {
+            let answer = event["answer_id"].as_str().unwrap().to_string();
+            let top = answers.entry(answer).or_default();
+            *top = (*top).max(seq);
+        }
+    }
+    // Every version seen of every question, committed or not: a version
+    // means one content.
+    let mut versions: BTreeMap<(String, u64), Value> = BTreeMap::new();
+    for record in models {
+        let model = record.json();
+        let key = (
+            record.key.clone().unwrap_or_default(),
+            model["version"].as_u64().unwrap(),
+        );
+        if let Some(other) = versions.insert(key.clone(), model.clone()) {
+            assert_eq!(other, model, "{key:?} with two contents");
+        }
+    }
+    let (models, excused_models) = committed_only(models, journal);
+    let (thanks, excused_thanks) = committed_only(thanks, journal);
+    let models: Vec<Consumed> = models.into_iter().cloned().collect();
+    let models = by_key(&models);
+    assert_eq!(
+        models.keys().collect::<Vec<_>>(),
+        questions.keys().collect::<Vec<_>>(),
+        "one read model per question"
     );
-    let dead = read_to_end(&dlq, Duration::from_secs(60));
-    assert!(dead.is_empty(), "dead letters: {dead:?}");
+    for (question, events) in &questions {
+        let history: Vec<Value> = models[question].iter().map(|r| r.json()).collect();
+        let seen: Vec<u64> = history
+            .iter()
+            .map(|m| m["version"].as_u64().unwrap())
+            .collect();
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "{question}: versions only grow: {seen:?}"
+        );
+        assert_eq!(
+            history.last().unwrap(),
+            &expected_question(question, events),
+            "{question}: the read model of its events in sequence order"
+        );
+    }
+    let thanks: Vec<Consumed> = thanks.into_iter().cloned().collect();
+    let thanks = by_key(&thanks);
+    assert_eq!(
+        thanks.keys().collect::<Vec<_>>(),
+        answers.keys().collect::<Vec<_>>(),
+        "one thanks total per answer"
+    );
+    for (answer, top) in &answers {
+        let history: Vec<Value> = thanks[answer].iter().map(|r| r.json()).collect();
+        let field = |name: &str| -> Vec<u64> {
+            history.iter().map(|t| t[name].as_u64().unwrap()).collect()
+        };
+        let (sequences, lamports) = (field("sequence"), field("lamport"));
+        assert!(
+            sequences.windows(2).all(|w| w[0] < w[1]) && lamports.windows(2).all(|w| w[0] < w[1]),
+            "{answer}: totals and clocks only grow: {sequences:?} {lamports:?}"
+        );
+        assert_eq!(
+            sequences.last(),
+            Some(top),
+            "{answer}: ends at the highest total"
+        );
+        assert!(
+            *lamports.last().unwrap() <= *top,
+            "{answer}: one tick per applied total at most: {lamports:?}"
+        );
+    }
+    excused_models + excused_thanks
+}
+
+#[test]
+fn question_feed_under_chaos() {
+    let _serial = serial();
+    persistent_broker();
+    let settings = Settings::from_env("question_feed_under_chaos", 2, 4_000, 10, true);
+    let mut rng = StdRng::seed_from_u64(settings.seed);
+    let mut scenario = Scenario::new(
+        "question_feed_under_chaos",
+        "question-feed.yaml",
+        "chaos-questions",
+    );
+    let source = scenario.source("FEED_EVENTS_TOPIC", "chaos-feed");
+    let models = scenario.topic("QUESTIONS_TOPIC", "chaos-read-models");
+    let thanks = scenario.topic("THANKS_TOPIC", "chaos-thanks");
+    let other = scenario.topic("OTHER_EVENTS_TOPIC", "chaos-other");
+    let dlq = scenario.topic("DEAD_LETTER_TOPIC", "chaos-questions-dlq");
+    scenario.repartition("project_question");
+    scenario.repartition("thanks_totals");
+    let mut sequences = BTreeMap::new();
+    let input = question_events(&mut rng, &source, settings.events, 0, &mut sequences);
+    // After the restore: one more event for every question and answer.
+    let tail: Vec<Event> = sequences
+        .iter_mut()
+        .map(|(entity, seq)| {
+            *seq += 1;
+            let id = format!("tail_{entity}");
+            let value = if entity.starts_with('q') {
+                json!({"event_id": id, "type": "QuestionEdited", "question_id": entity,
+                       "sequence": *seq, "title": format!("{entity} title {seq}")})
+            } else {
+                json!({"event_id": id, "type": "ThanksForAnswerGiven", "answer_id": entity,
+                       "totalThanks": *seq, "sequence": *seq})
+            };
+            (source.clone(), id, value)
+        })
+        .collect();
+    scenario.run(&settings, &mut rng, input, tail, |cluster, input| {
+        let dead = read_to_end(&dlq, Duration::from_secs(60));
+        assert!(dead.is_empty(), "dead letters: {dead:?}");
+        let other = read_to_end(&other, Duration::from_secs(60));
+        assert!(other.is_empty(), "unrouted events: {other:?}");
+        let models = read_to_end(&models, Duration::from_secs(120));
+        let thanks = read_to_end(&thanks, Duration::from_secs(120));
+        judge_questions(&models, &thanks, &cluster.journal(), input)
+    });
+}
+
+// ---------------------------------------------------------------------------
+// distributed-counter: idempotent rollups per counter through the
+// repartition topic, with the producer retrying every event once.
+
+const COUNTERS: u64 = 50;
+
+/// Counter events, each sent twice in a row (the producer's retry: same
+/// token, same event time, which the feed stamps when it sends the first).
+fn counter_events(rng: &mut StdRng, topic: &str, count: u64, first: u64) -> Vec<Event> {
+    let mut out = Vec::new();
+    for i in first..first + count {
+        let token = format!("token_{i}");
+        let value = json!({"counter": format!("likes:post_{}", rng.random_range(0..COUNTERS)),
+                           "token": token, "delta": rng.random_range(1..10), "event_time": null});
+        out.push((topic.to_string(), token.clone(), value.clone()));
+        out.push((topic.to_string(), token, value));
+    }
+    out
+}
+
+/// What the counter topics hold against what the input asks for.
+struct Counted {
+    /// Per counter, the value of its last committed rollup.
+    actual: BTreeMap<String, i64>,
+    /// Per counter, the sum of the deltas of its distinct tokens, less those
+    /// the node dead-lettered as late (a token counts unless every copy of
+    /// it is a committed dead letter).
+    expected: BTreeMap<String, i64>,
+    /// Committed dead letters per token.
+    late: BTreeMap<String, usize>,
+    /// Tokens not counted at all.
+    uncounted: usize,
+    excused: usize,
+}
+
+/// Reads the counters' outputs against the input; fails on a dead letter
+/// that is not a late event of the rollup, or on more dead letters of a
+/// token than it had copies (a copy dead-lettered twice).
+fn count_counters(
+    values: &[Consumed],
+    dead: &[Consumed],
+    journal: &TxnJournal,
+    input: &[Event],
+) -> Counted {
+    let mut tokens: BTreeMap<String, (String, i64, usize)> = BTreeMap::new();
+    for (_, _, event) in input {
+        let entry = tokens
+            .entry(event["token"].as_str().unwrap().into())
+            .or_insert_with(|| {
+                (
+                    event["counter"].as_str().unwrap().into(),
+                    event["delta"].as_i64().unwrap(),
+                    0,
+                )
+            });
+        entry.2 += 1;
+    }
+    let (dead, excused_dead) = committed_only(dead, journal);
+    let mut late: BTreeMap<String, usize> = BTreeMap::new();
+    for letter in &dead {
+        assert_eq!(
+            letter.header("streamfold.dlq.node"),
+            Some("rollup_counters"),
+            "{letter:?}"
+        );
+        *late
+            .entry(letter.json()["token"].as_str().unwrap().into())
+            .or_default() += 1;
+    }
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    let mut uncounted = 0;
+    for (token, (counter, delta, copies)) in &tokens {
+        let dead = late.get(token).copied().unwrap_or(0);
+        assert!(
+            dead <= *copies,
+            "{token}: {dead} dead letters of {copies} copies"
+        );
+        let total = expected.entry(counter.clone()).or_default();
+        if dead < *copies {
+            *total += delta;
+        } else {
+            uncounted += 1;
+        }
+    }
+    let (values, excused_values) = committed_only(values, journal);
+    let mut last: BTreeMap<String, Value> = BTreeMap::new();
+    for record in values {
+        let value = record.json();
+        let counter = value["counter"].as_str().unwrap().to_string();
+        let newer = last
+            .get(&counter)
+            .is_none_or(|seen| seen["last_rollup_ts"].as_str() <= value["last_rollup_ts"].as_str());
+        if newer {
+            last.insert(counter, value);
+        }
+    }
+    let actual = last
+        .iter()
+        .map(|(c, v)| (c.clone(), v["value"].as_i64().unwrap()))
+        .collect();
+    Counted {
+        actual,
+        expected,
+        late,
+        uncounted,
+        excused: excused_dead + excused_values,
+    }
+}
+
+#[test]
+fn distributed_counter_under_chaos() {
+    let _serial = serial();
+    persistent_broker();
+    let settings = Settings::from_env("distributed_counter_under_chaos", 3, 3_000, 10, false);
+    let mut rng = StdRng::seed_from_u64(settings.seed);
+    let mut scenario = Scenario::new(
+        "distributed_counter_under_chaos",
+        "distributed-counter.yaml",
+        "chaos-counter",
+    );
+    let source = scenario.source("COUNTER_EVENTS_TOPIC", "chaos-counter-events");
+    scenario.source("COUNTER_READS_TOPIC", "chaos-counter-reads");
+    let values = scenario.topic("COUNTER_VALUES_TOPIC", "chaos-counter-values");
+    let dlq = scenario.topic("DEAD_LETTER_TOPIC", "chaos-counter-dlq");
+    scenario.repartition("rollup_counters");
+    // Done when every counter's last committed rollup has its value.
+    let (topic, dead) = (values.clone(), dlq.clone());
+    scenario.finished = Box::new(move |cluster, input| {
+        let values = read_to_end(&topic, Duration::from_secs(120));
+        let dead = read_to_end(&dead, Duration::from_secs(60));
+        let counted = count_counters(&values, &dead, &cluster.journal(), input);
+        counted.actual == counted.expected
+    });
+    let input = counter_events(&mut rng, &source, settings.events / 2, 0);
+    let tail = counter_events(&mut rng, &source, COUNTERS, settings.events);
+    scenario.run(&settings, &mut rng, input, tail, |cluster, input| {
+        let values = read_to_end(&values, Duration::from_secs(120));
+        let dead = read_to_end(&dlq, Duration::from_secs(60));
+        let counted = count_counters(&values, &dead, &cluster.journal(), input);
+        assert_eq!(
+            counted.actual, counted.expected,
+            "counter values (tokens dead-lettered as late: {:?})",
+            counted.late
+        );
+        eprintln!(
+            "  {} tokens dead-lettered as late, {} of them entirely",
+            counted.late.len(),
+            counted.uncounted
+        );
+        counted.excused
+    });
 }
