@@ -670,6 +670,9 @@ fn judge_social(
 /// An input record: topic, key, value.
 type Event = (String, String, Value);
 
+/// Whether the outputs of some input are complete.
+type Finished = Box<dyn Fn(&Cluster, &[Event]) -> bool>;
+
 /// One article topology under chaos.
 struct Scenario {
     test: &'static str,
@@ -683,7 +686,7 @@ struct Scenario {
     /// Whether the outputs of `input` are complete, from what the output
     /// topics hold: timers (folds closing, rollups) may still be due once
     /// every input record is committed.
-    finished: Box<dyn Fn(&Cluster, &[Event]) -> bool>,
+    finished: Finished,
 }
 
 impl Scenario {
