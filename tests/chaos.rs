@@ -33,8 +33,9 @@
 //! read_committed readers (DESIGN §9), a record is excused only when the
 //! journal shows its transaction did not commit (aborted, or open when its
 //! process was killed); against a broker that hides them
-//! (`STREAMFOLD_TEST_BOOTSTRAP`) nothing is excused, and the broker is not
-//! restarted (the harness does not own it).
+//! (`STREAMFOLD_TEST_BOOTSTRAP`) nothing is excused, and the broker is
+//! restarted by the command in `CHAOS_BROKER_RESTART` (not at all without
+//! one: the harness does not own that broker).
 //!
 //! Replay and scale: the seed is printed at the start; `CHAOS_SEED=<n>`
 //! replays a schedule, and `CHAOS_EVENTS`, `CHAOS_FAULTS`,
@@ -298,7 +299,7 @@ impl Cluster {
             Fault::ScaleOut => self.apply(&Fault::ScaleIn, rng),
             Fault::ScaleIn => self.apply(&Fault::ScaleOut, rng),
             Fault::BrokerRestart { crash, down } => {
-                broker().restart(crash, down);
+                restart_broker(crash, down);
                 format!(
                     "broker {}, down {down:?}",
                     if crash { "kill -9" } else { "SIGTERM" }
@@ -491,6 +492,29 @@ fn record_ends(topic: &str) -> Vec<i64> {
     ends
 }
 
+/// The command that restarts an external broker (`STREAMFOLD_TEST_BOOTSTRAP`),
+/// e.g. `docker compose -f docker/compose.yaml restart kafka`.
+fn external_restart() -> Option<String> {
+    std::env::var("CHAOS_BROKER_RESTART").ok()
+}
+
+/// Restarts the broker: nisshi of this test binary (SIGKILL when `crash`,
+/// else SIGTERM; down for `down`), or an external one with
+/// `CHAOS_BROKER_RESTART`.
+fn restart_broker(crash: bool, down: Duration) {
+    if broker().restartable() {
+        return broker().restart(crash, down);
+    }
+    let command = external_restart().expect("a broker restart was scheduled");
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .status()
+        .unwrap();
+    assert!(status.success(), "`{command}` failed: {status}");
+    wait_for_broker(&broker().bootstrap);
+}
+
 /// Runs `plan` against `cluster` while `events` are fed; returns the
 /// producer once everything is delivered and the faults are over.
 fn run_chaos(
@@ -499,7 +523,8 @@ fn run_chaos(
     settings: &Settings,
     events: Vec<(String, String, Value)>,
 ) -> Feed {
-    let plan = schedule(rng, settings.faults, broker().restartable());
+    let restarts = broker().restartable() || external_restart().is_some();
+    let plan = schedule(rng, settings.faults, restarts);
     eprintln!("chaos plan ({} faults):", plan.len());
     for (gap, fault) in &plan {
         eprintln!("  after {gap:?}: {fault:?}");

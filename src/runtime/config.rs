@@ -66,6 +66,13 @@ pub fn base_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
         "client.id",
         format!("{}-{}", topology.name, options.instance_id),
     );
+    // librdkafka backs off reconnects up to 10 s; after a broker restart
+    // the group consumer can then go a whole session timeout without
+    // reaching its coordinator while the producer, reconnected, keeps
+    // committing: the group expels the member and hands its partitions on
+    // while it still works (a zombie the broker must fence, DESIGN §9).
+    // The Java client's 1 s keeps a member through a short broker outage.
+    config.set("reconnect.backoff.max.ms", "1000");
     for (k, v) in &topology.kafka.properties {
         config.set(k, v);
     }

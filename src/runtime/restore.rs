@@ -291,7 +291,7 @@ impl Restorer {
                     // librdkafka reconnects and resumes the fetch on its
                     // own; the restore goes on where it was.
                     Err(error) => {
-                        tracing::warn!(%error, "Restore consumer error; retrying.");
+                        tracing::debug!(%error, "Restore consumer error; retrying.");
                         break;
                     }
                 };

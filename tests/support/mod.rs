@@ -202,7 +202,7 @@ impl Broker {
     }
 }
 
-fn wait_for_broker(bootstrap: &str) {
+pub fn wait_for_broker(bootstrap: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if TcpStream::connect(bootstrap).is_ok() {
