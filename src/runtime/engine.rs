@@ -564,7 +564,16 @@ impl Engine {
                 Some(slot) => slot.cursor.changelog_offsets.0.clone(),
                 None => continue,
             };
-            let out_of_range = self.restorer.out_of_range(task, &saved)?;
+            let out_of_range = match self.restorer.out_of_range(task, &saved) {
+                Ok(out_of_range) => out_of_range,
+                // The broker did not answer (restarting, overloaded): this
+                // task waits for the next round; the others go on.
+                Err(error) => {
+                    self.next_offsets_fetch = now + Duration::from_secs(1);
+                    tracing::warn!(task, %error, "Cannot read the changelogs' offsets yet; retrying.");
+                    continue;
+                }
+            };
             if !out_of_range.is_empty() {
                 tracing::warn!(
                     task,
