@@ -37,7 +37,9 @@
 //! restarted by the command in `CHAOS_BROKER_RESTART` (not at all without
 //! one: the harness does not own that broker).
 //!
-//! Replay and scale: the seed is printed at the start; `CHAOS_SEED=<n>`
+//! Replay and scale: the seed is printed at the start (`CHAOS_KEEP=1` keeps
+//! the logs, journals and state of a passing run too; a failing run keeps
+//! them always); `CHAOS_SEED=<n>`
 //! replays a schedule, and `CHAOS_EVENTS`, `CHAOS_FAULTS`,
 //! `CHAOS_INSTANCES`, `CHAOS_STATIC=true|false` scale a run (the long runs
 //! in RELIABILITY.md). The schedule (fault kinds, targets, delays) depends
@@ -383,9 +385,42 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// From each process's log, sorted: seconds from its start to its first
+    /// task running (restart-to-processing, first starts included).
+    fn startup_seconds(&self) -> Vec<f64> {
+        let at = |line: &str| -> Option<std::time::SystemTime> {
+            humantime::parse_rfc3339_weak(line.split_whitespace().next()?.trim_end_matches('Z'))
+                .ok()
+        };
+        let mut out = Vec::new();
+        for log in &self.logs {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let start = text.lines().find(|l| l.contains("Starting.")).and_then(at);
+            let running = text
+                .lines()
+                .find(|l| l.contains("Task running."))
+                .and_then(at);
+            if let (Some(start), Some(running)) = (start, running) {
+                out.push(
+                    running
+                        .duration_since(start)
+                        .unwrap_or_default()
+                        .as_secs_f64(),
+                );
+            }
+        }
+        out.sort_by(f64::total_cmp);
+        out
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::env::var_os("CHAOS_KEEP").is_some() {
+            let kept = self.dir.take().unwrap().keep();
+            eprintln!("chaos: logs, journals and state kept in {}", kept.display());
+        } else if std::thread::panicking() {
             let kept = self.dir.take().unwrap().keep();
             eprintln!("chaos: logs, journals and state kept in {}", kept.display());
         }
@@ -791,6 +826,16 @@ impl Scenario {
             journal.aborted.len(),
         );
 
+        let startup = cluster.startup_seconds();
+        if !startup.is_empty() {
+            eprintln!(
+                "{}: start to first task running, {} processes: median {:.1} s, max {:.1} s",
+                self.test,
+                startup.len(),
+                startup[startup.len() / 2],
+                startup[startup.len() - 1]
+            );
+        }
         cluster.restart_from_scratch(settings.instances.min(2));
         let feed = feed_during(tail.clone(), Duration::from_secs(1))
             .join()
