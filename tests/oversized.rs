@@ -212,7 +212,11 @@ dead_letter:
     assert_eq!(tags.len() as u64, hot_events);
     assert_eq!(max_bytes_closes, (hot.len() - 1) as f64);
     let letters = committed_records(&run.dlq, &journal);
-    assert!(letters.is_empty(), "{} unexpected dead letters", letters.len());
+    assert!(
+        letters.is_empty(),
+        "{} unexpected dead letters",
+        letters.len()
+    );
     assert!(
         !log.contains("aborting and rewinding"),
         "no transaction should abort:\n{log}"
@@ -367,7 +371,11 @@ dead_letter:
     let producer = TestProducer::new();
     let sizes = [10u64, 20_000, 30, 50_000, 40];
     for (i, size) in sizes.iter().enumerate() {
-        producer.send_json(&run.source, &format!("k{i}"), &json!({"i": i, "size": size}));
+        producer.send_json(
+            &run.source,
+            &format!("k{i}"),
+            &json!({"i": i, "size": size}),
+        );
     }
     producer.flush();
     let ends = producer.ends(&run.source, 1);

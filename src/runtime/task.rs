@@ -171,8 +171,12 @@ impl Task {
         let names = topology.stores().map(|s| s.name.clone()).collect();
         let mut state = StateSet::new(backend, names);
         let mut nodes = Vec::with_capacity(topology.nodes.len());
+        let max_record_bytes = topology.kafka.max_record_bytes();
         for node in &topology.nodes {
-            let operator = node.kind.spec().build(&node.info(), &mut state)?;
+            let operator = node
+                .kind
+                .spec()
+                .build(&node.info(max_record_bytes), &mut state)?;
             let timers = match node.timer_store() {
                 Some(store) => Some(TimerState::declare(&mut state, &store)?),
                 None => None,
