@@ -32,8 +32,13 @@ pub mod dlq_headers {
     pub const CLASS: &str = "streamfold.dlq.class";
     pub const REASON: &str = "streamfold.dlq.reason";
     pub const ATTEMPTS: &str = "streamfold.dlq.attempts";
+    /// The payload was cut to fit the dead-letter topic; its original
+    /// length ([`crate::runtime::limits::TRUNCATED_HEADER`]).
+    pub const TRUNCATED: &str = crate::runtime::limits::TRUNCATED_HEADER;
     /// All of them, to strip before a replay.
-    pub const ALL: &[&str] = &[TOPIC, PARTITION, OFFSET, NODE, CLASS, REASON, ATTEMPTS];
+    pub const ALL: &[&str] = &[
+        TOPIC, PARTITION, OFFSET, NODE, CLASS, REASON, ATTEMPTS, TRUNCATED,
+    ];
 }
 
 /// Timers read from a store at a time.

@@ -146,6 +146,7 @@ struct Overlay<V> {
 trait ErasedOverlay: Send {
     fn changelog(&self, store: usize, out: &mut Vec<ChangelogEntry>) -> Result<(), StateError>;
     fn committed(&mut self, cache_entries: usize);
+    fn forget(&mut self, key: &[u8]);
     fn abort(&mut self);
     fn dirty(&self) -> usize;
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -193,6 +194,14 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
         }
         if self.slots.len() > cache_entries {
             self.slots.clear();
+        }
+    }
+
+    fn forget(&mut self, key: &[u8]) {
+        if let Some(slot) = self.slots.remove(key)
+            && !matches!(slot, Slot::Clean(_))
+        {
+            self.dirty -= 1;
         }
     }
 
@@ -308,6 +317,16 @@ impl StateSet {
             overlay.committed(Self::CACHE_ENTRIES);
         }
         Ok(())
+    }
+
+    /// Drops what the overlay of `store` holds for `key`, cached or
+    /// pending, so the next read goes to the backend: for a committed entry
+    /// the runtime changed on its way (a state value too large for its
+    /// changelog was committed as a deletion).
+    pub fn forget(&mut self, store: usize, key: &[u8]) {
+        if let Some(Some(overlay)) = self.overlays.get_mut(store) {
+            overlay.forget(key);
+        }
     }
 
     /// The transaction aborted: forget every pending write.
