@@ -410,3 +410,103 @@ dead_letter:
         );
     }
 }
+
+/// The changelog of the fold's open folds takes 16 KiB per record, less
+/// than a hot key's open fold (~60 KB, closed only by quiet). The state
+/// value cannot be committed: it becomes a dead letter and the key's state
+/// is deleted (a tombstone in the changelog), so the store stays writable,
+/// no transaction aborts, and every hot event is either in a folded event
+/// or in a dropped state's count.
+#[test]
+fn a_state_value_too_large_for_its_changelog_is_dead_lettered_and_the_store_stays_writable() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let run = Run::new("big-state");
+    create_topic(&run.source, 2);
+    let limit = 16_384usize;
+    create_topic_with(
+        &format!("{}-fold_user-open-changelog", run.app),
+        2,
+        &[
+            ("cleanup.policy", "compact"),
+            ("max.message.bytes", &limit.to_string()),
+        ],
+    );
+    let topology = format!(
+        r#"
+name: {app}
+kafka:
+  bootstrap_servers: 127.0.0.1:9
+sources:
+  events: {{ topic: {source} }}
+nodes:
+  fold_user:
+    type: fold
+    input: events
+    key_field: user
+    fields:
+      tags: {{ rule: set, from: /tag }}
+      n: {{ rule: count }}
+    quiet_for: 3s
+sinks:
+  folded: {{ topic: {out}, input: fold_user, create: true }}
+dead_letter:
+  topic: {dlq}
+"#,
+        app = run.app,
+        source = run.source,
+        out = run.out,
+        dlq = run.dlq,
+    );
+    let (app, journal) = run.start(dir.path(), &topology);
+
+    let hot_events = 200u64;
+    let producer = TestProducer::new();
+    produce_users(&producer, &run.source);
+    for i in 0..hot_events {
+        producer.send_json(
+            &run.source,
+            "hot",
+            &json!({"user": "hot", "tag": big_tag(i, 300)}),
+        );
+    }
+    producer.flush();
+    let ends = producer.ends(&run.source, 2);
+    wait_committed_to(&app, &run.app, &run.source, &ends, Duration::from_secs(120));
+    app.wait_metric(
+        "streamfold_fold_closed_quiet_total",
+        Duration::from_secs(60),
+        |n| n >= USERS as f64,
+    );
+    // The hot key's timer fires too (on a dropped fold: nothing to close).
+    std::thread::sleep(Duration::from_secs(4));
+    app.assert_running();
+    let too_large = app.metric("streamfold_runtime_records_too_large_total");
+    let log = app.stop();
+
+    let records = committed_records(&run.out, &journal);
+    assert_users_folded_once(&records);
+    let letters = committed_records(&run.dlq, &journal);
+    assert!(!letters.is_empty(), "the hot key's state was never dropped");
+    let mut accounted = 0;
+    for letter in &letters {
+        assert_eq!(letter.key.as_deref(), Some("hot"));
+        assert_eq!(letter.header("streamfold.dlq.node"), Some("fold_user-open"));
+        let reason = letter.header("streamfold.dlq.reason").unwrap();
+        assert!(
+            reason.starts_with("record_too_large:")
+                && reason.ends_with("the key's state was dropped"),
+            "{reason}"
+        );
+        accounted += letter.json()["count"].as_u64().unwrap();
+    }
+    for record in records.iter().filter(|r| r.key.as_deref() == Some("hot")) {
+        accounted += record.json()["n"].as_u64().unwrap();
+    }
+    assert_eq!(accounted, hot_events, "every hot event is accounted for");
+    assert_eq!(too_large, letters.len() as f64);
+    assert!(
+        !log.contains("aborting and rewinding"),
+        "no transaction should abort:\n{log}"
+    );
+}

@@ -1160,4 +1160,64 @@ mod tests {
         ));
         assert!(faults.check(FaultPoint::Sent).is_ok());
     }
+
+    /// A broker refusing a record as too large (its `max.message.bytes`
+    /// was not known) fails the transaction once; the topic's limit then
+    /// drops below that record, so its replay is dead-lettered instead of
+    /// being refused again.
+    #[test]
+    fn a_record_the_broker_refuses_as_too_large_lowers_its_topic_s_limit() {
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("out", 1, 1).unwrap();
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", mock.bootstrap_servers());
+        let mut txn =
+            Transactions::new(&config, false, &TestHooks::default(), HashMap::new()).unwrap();
+        let consumer: BaseConsumer = config.clone().set("group.id", "g").create().unwrap();
+        let payload = vec![b'x'; 5_000];
+        let record = || Produce {
+            topic: "out",
+            partition: Some(0),
+            key: Some(b"k"),
+            payload: Some(&payload),
+            headers: &[],
+            timestamp: None,
+            tracked: 0,
+        };
+        assert!(txn.check_size(&record()).is_ok());
+
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+        );
+        txn.send(record()).unwrap();
+        let refused = txn.commit(&consumer, &TopicPartitionList::new());
+        assert!(
+            matches!(refused, Err(CommitError::Aborted(_))),
+            "{refused:?}"
+        );
+        txn.abort().unwrap();
+
+        let too_large = txn.check_size(&record()).unwrap_err();
+        assert_eq!(too_large.source, super::super::limits::LimitSource::Refused);
+        assert!(too_large.limit < too_large.size);
+        let smaller = vec![b'x'; 4_000];
+        assert!(
+            txn.check_size(&Produce {
+                payload: Some(&smaller),
+                ..record()
+            })
+            .is_ok()
+        );
+        // The next transaction goes through.
+        txn.send(Produce {
+            payload: Some(&smaller),
+            ..record()
+        })
+        .unwrap();
+        assert!(txn.commit(&consumer, &TopicPartitionList::new()).is_ok());
+    }
 }

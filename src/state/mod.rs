@@ -600,6 +600,24 @@ mod tests {
         assert!(!state.has_pending());
     }
 
+    /// The runtime may commit an entry other than the one the overlay
+    /// wrote (a state value too large for its changelog goes as a
+    /// deletion); forgetting the key makes reads agree with the backend.
+    #[test]
+    fn a_forgotten_key_is_read_from_the_backend_again() {
+        let (mut state, h) = state();
+        state.view(h).put(b"a", 1);
+        state.view(h).put(b"b", 2);
+        let mut entries = state.changelog().unwrap();
+        entries[0].value = None;
+        state.committed(entries, &[]).unwrap();
+        assert_eq!(state.view(h).get(b"a").unwrap(), Some(&1), "cached");
+        state.forget(0, b"a");
+        assert_eq!(state.view(h).get(b"a").unwrap(), None);
+        assert_eq!(state.view(h).get(b"b").unwrap(), Some(&2));
+        assert!(!state.has_pending());
+    }
+
     #[test]
     fn abort_drops_pending_writes_and_keeps_committed_state() {
         let (mut state, h) = state();
