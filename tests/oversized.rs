@@ -171,9 +171,6 @@ dead_letter:
     app.assert_running();
     let max_bytes_closes = app.metric("streamfold_fold_closed_max_bytes_total");
     let log = app.stop();
-    if std::env::var("OVERSIZED_LOG").is_ok() {
-        eprintln!("{log}");
-    }
 
     let records = committed_records(&run.out, &journal);
     assert_users_folded_once(&records);

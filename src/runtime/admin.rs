@@ -287,7 +287,12 @@ pub fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Run
         .collect();
     written.sort();
     written.dedup();
-    let max_message_bytes = max_message_bytes(&admin, &written)?;
+    // Without the topics' limits only the producer's applies; a broker
+    // refusal then still ends in a dead letter (see `limits`).
+    let max_message_bytes = max_message_bytes(&admin, &written).unwrap_or_else(|error| {
+        tracing::warn!(%error, "Cannot read the output topics' max.message.bytes; checking records against the producer's message.max.bytes only.");
+        HashMap::new()
+    });
     Ok(Layout {
         partitions,
         max_message_bytes,

@@ -950,7 +950,7 @@ impl Engine {
         reason: &str,
         record: &Record,
     ) -> Result<(), RuntimeError> {
-        tracing::warn!(node = %name, %reason, "A record is too large for its topic; sending it to the dead-letter topic.");
+        tracing::debug!(node = %name, %reason, "A record is too large for its topic; sending it to the dead-letter topic.");
         for metric in [telemetry::DEAD_LETTERS, telemetry::RECORDS_TOO_LARGE] {
             metrics::counter!(metric, "topology" => self.topology.name.clone(), "node" => name.to_string())
                 .increment(1);

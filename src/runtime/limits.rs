@@ -117,6 +117,9 @@ pub struct Limits {
     topics: HashMap<String, usize>,
     /// Topics whose limit was lowered after a broker refusal.
     refused: HashMap<String, usize>,
+    /// The smallest limit of all: a record no larger fits anywhere, with
+    /// no lookup (the common case, on the hot path).
+    floor: usize,
 }
 
 impl Default for Limits {
@@ -133,12 +136,16 @@ impl Limits {
             producer,
             topics: HashMap::new(),
             refused: HashMap::new(),
+            floor: producer,
         }
     }
 
     /// The topics' `max.message.bytes`, as the cluster reported them.
     pub fn set_topics(&mut self, topics: HashMap<String, usize>) {
         self.topics = topics;
+        self.floor = self
+            .floor
+            .min(self.topics.values().copied().min().unwrap_or(usize::MAX));
     }
 
     /// The limit in force for `topic`, and where it comes from.
@@ -159,6 +166,9 @@ impl Limits {
 
     /// Whether a record of `size` bytes ([`record_size`]) fits `topic`.
     pub fn check(&self, topic: &str, size: usize) -> Result<(), TooLarge> {
+        if size <= self.floor {
+            return Ok(());
+        }
         let (limit, source) = self.limit(topic);
         if size <= limit {
             return Ok(());
@@ -180,6 +190,7 @@ impl Limits {
             return false;
         }
         self.refused.insert(topic.to_string(), lowered);
+        self.floor = self.floor.min(lowered);
         true
     }
 
