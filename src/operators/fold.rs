@@ -297,9 +297,12 @@ impl OperatorSpec for FoldConfig {
         node: &NodeInfo<'_>,
         state: &mut StateSet,
     ) -> Result<Box<dyn Operator>, StateError> {
+        let key_field = self.key_field(node);
+        let names_bytes = names_bytes(&key_field, self.fields.keys());
         Ok(Box::new(Fold {
             open: state.declare(&node.store_name("open"))?,
-            key_field: self.key_field(node),
+            key_field,
+            names_bytes,
             fields: self
                 .fields
                 .iter()
@@ -642,6 +645,16 @@ const FOLD_BASE_BYTES: u64 = 320;
 /// characters), and the stored accumulator's tag (`{"float":...}`).
 const FIELD_BASE_BYTES: u64 = 48;
 
+/// [`FOLD_BASE_BYTES`], plus the key field's name and each output field's
+/// name and [`FIELD_BASE_BYTES`].
+fn names_bytes<'n>(key_field: &str, fields: impl Iterator<Item = &'n String>) -> u64 {
+    FOLD_BASE_BYTES
+        + str_len(key_field)
+        + fields
+            .map(|name| str_len(name) + FIELD_BASE_BYTES)
+            .sum::<u64>()
+}
+
 /// At most how many bytes `rule` may add for `value` to a fold holding
 /// nothing yet: cheap (one encoding of the contribution), never less than
 /// [`Acc::growth`] for any fold.
@@ -695,6 +708,9 @@ struct Fold {
     max_wait: Option<i64>,
     max_events: Option<u64>,
     max_bytes: u64,
+    /// [`FOLD_BASE_BYTES`] plus the key field's and every field's name and
+    /// [`FIELD_BASE_BYTES`]: the allowance of every fold but its key.
+    names_bytes: u64,
     clock: Clock,
     timed: bool,
 }
@@ -704,12 +720,7 @@ impl Fold {
     /// key, the field names, and [`FOLD_BASE_BYTES`] and
     /// [`FIELD_BASE_BYTES`].
     fn fixed_bytes(&self, key: &[u8]) -> u64 {
-        let fields: u64 = self
-            .fields
-            .iter()
-            .map(|(name, _)| str_len(name) + FIELD_BASE_BYTES)
-            .sum();
-        FOLD_BASE_BYTES + str_len(&self.key_field) + str_len(&key_text(key)) + fields
+        self.names_bytes + str_len(&String::from_utf8_lossy(key))
     }
 
     /// Whether merging the event whose contributions are `values` would
@@ -1047,6 +1058,7 @@ mod tests {
             max_wait: None,
             max_events: None,
             max_bytes: u64::MAX,
+            names_bytes: names_bytes("account_id", config.fields.keys()),
             clock: Clock::Processing,
             timed: false,
         };
