@@ -379,6 +379,12 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     report.no_origin
                 );
             }
+            if report.truncated > 0 {
+                println!(
+                    "  {} cut to fit the dead-letter topic (streamfold.dlq.truncated), not replayable",
+                    report.truncated
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Schema => {

@@ -199,7 +199,7 @@ fn values_that_do_not_fit_the_sink_schema_are_errors_that_say_where() {
     };
     let reason = reject(&|v| v["closed_by"] = json!("later"));
     assert!(
-        reason.contains("/closed_by: `later` is not a symbol of enum `streamfold.examples.social.ClosedBy` (quiet, max_wait, max_events)"),
+        reason.contains("/closed_by: `later` is not a symbol of enum `streamfold.examples.social.ClosedBy` (quiet, max_wait, max_events, max_bytes)"),
         "{reason}"
     );
     let reason = reject(&|v| v["folded_count"] = json!("four"));
@@ -367,8 +367,8 @@ fn folded_values_the_sink_schema_rejects_become_dead_letters() {
     let text = std::fs::read_to_string(root().join("schemas/account-metrics-folded.avsc"))
         .unwrap()
         .replace(
-            r#"["quiet", "max_wait", "max_events"]"#,
-            r#"["max_wait", "max_events"]"#,
+            r#"["quiet", "max_wait", "max_events", "max_bytes"]"#,
+            r#"["max_wait", "max_events", "max_bytes"]"#,
         );
     std::fs::write(&narrow, text).unwrap();
     // Its own registry: this one would refuse it as incompatible.

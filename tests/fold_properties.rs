@@ -4,7 +4,10 @@
 //!   folded result whatever order the events arrive in;
 //! - once every fold has closed, the `folded_count`s add up to the number
 //!   of events: nothing lost, nothing counted twice, whatever closed the
-//!   folds (quiet, max_wait, max_events) and however time moved.
+//!   folds (quiet, max_wait, max_events) and however time moved;
+//! - under `max_bytes`, no folded event is larger than the cap, every
+//!   event is counted in exactly one fold and every value is in one, and
+//!   only the last fold of a key closes otherwise.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -50,6 +53,26 @@ nodes:
     quiet_for: 5s
     max_wait: 12s
     max_events: 3
+sinks:
+  out: { topic: out, input: fold }
+";
+
+const CAPPED: &str = "
+name: props
+kafka: { bootstrap_servers: 'unused:9092' }
+sources:
+  events: { topic: events }
+nodes:
+  fold:
+    type: fold
+    input: events
+    fields:
+      tags: { rule: set, from: /tag }
+      names: { rule: key_union, from: /metrics }
+      last: { rule: last, from: /tag }
+      events: { rule: count }
+    quiet_for: 10s
+    max_bytes: 2048
 sinks:
   out: { topic: out, input: fold }
 ";
@@ -178,5 +201,52 @@ proptest! {
         // Every fold closed, so none is left open.
         let stats = driver.stats();
         prop_assert_eq!(stats[0].1.gauge(streamfold::telemetry::NodeGauge::FoldsOpen), 0);
+    }
+
+    #[test]
+    fn capped_folds_stay_under_max_bytes_and_lose_nothing(
+        events in prop::collection::vec((0u8..3, 0u16..400, 1usize..120, prop::collection::vec(0u8..40, 0..4)), 1..150)
+    ) {
+        let mut driver = Driver::new(topology(CAPPED)).unwrap();
+        let mut sent: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (key, tag, len, metrics) in &events {
+            let key = format!("k{key}");
+            let tag = format!("{tag:03}{}", "x".repeat(*len));
+            let metrics: serde_json::Map<String, Value> =
+                metrics.iter().map(|m| (format!("metric_{m}"), json!(1))).collect();
+            driver
+                .feed_json("events", Some(&key), &json!({"tag": tag, "metrics": metrics}))
+                .unwrap();
+            sent.entry(key).or_default().push(tag);
+        }
+        driver.advance(HumanDuration::from_secs(60)).unwrap();
+        let mut folds: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        for record in driver.received("out") {
+            let value = record.value.clone().unwrap();
+            let size = serde_json::to_vec(&value).unwrap().len();
+            prop_assert!(size <= 2048, "{size} bytes: {value}");
+            folds.entry(record.key.clone().unwrap()).or_default().push(value);
+        }
+        for (key, tags) in &sent {
+            let key_folds = &folds[key];
+            let counted: u64 = key_folds.iter().map(|f| f["events"].as_u64().unwrap()).sum();
+            prop_assert_eq!(counted, tags.len() as u64);
+            // Every distinct tag is in a fold; a tag repeated after its
+            // fold closed may be in another one too, never twice in one.
+            let mut distinct = tags.clone();
+            distinct.sort();
+            distinct.dedup();
+            let mut folded: Vec<String> = key_folds
+                .iter()
+                .flat_map(|f| f["tags"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()))
+                .collect();
+            folded.sort();
+            folded.dedup();
+            prop_assert_eq!(folded, distinct);
+            for (i, fold) in key_folds.iter().enumerate() {
+                let last = i + 1 == key_folds.len();
+                prop_assert_eq!(&fold["closed_by"], &json!(if last { "quiet" } else { "max_bytes" }));
+            }
+        }
     }
 }

@@ -412,6 +412,7 @@ mod tests {
             &NodeInfo {
                 name: "n",
                 key_by: None,
+                max_record_bytes: crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES,
             },
             &mut issues,
         );

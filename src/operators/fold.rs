@@ -8,9 +8,18 @@
 //! - `quiet_for`: the key has seen no event for this long (the debounce);
 //! - `max_wait`: this long after the fold's *first* event, so a key that
 //!   never goes quiet is still published;
-//! - `max_events`: the fold holds this many events.
+//! - `max_events`: the fold holds this many events;
+//! - `max_bytes`: the next event would make the folded event (or the open
+//!   fold as stored in its changelog) larger than this many bytes of JSON.
+//!   The fold closes *before* that event, which opens the next fold. The
+//!   default is 90 % of the producer's `message.max.bytes` (librdkafka's
+//!   default 1 000 000, so 900 000), so a hot key whose `set` or
+//!   `key_union` keeps growing is split into folds that Kafka accepts
+//!   instead of outgrowing what the producer may send. An event that alone
+//!   would pass the cap is the record's error (dead letter).
 //!
-//! At least one closing rule is required. `clock: processing` (default)
+//! At least one of `quiet_for`, `max_wait`, `max_events` is required
+//! (`max_bytes` always applies). `clock: processing` (default)
 //! measures quiet and wait on the wall clock and closes folds from the
 //! punctuation tick even when no records arrive; `clock: event` measures
 //! them in record time, advanced per task.
@@ -36,7 +45,7 @@
 //!  "last_event_at": "2025-01-01T00:00:03.000Z", "closed_by": "quiet"}
 //! ```
 //!
-//! `closed_by` is `quiet`, `max_wait` or `max_events`. The node counts
+//! `closed_by` is `quiet`, `max_wait`, `max_events` or `max_bytes`. The node counts
 //! fold-eligible events and events folded into an already-open fold, whose
 //! ratio is the folding ratio (`streamfold_fold_folding_ratio`).
 //!
@@ -51,7 +60,15 @@
 //!   quiet_for: 5s
 //!   max_wait: 1m
 //!   max_events: 1000
+//!   max_bytes: 500000
 //! ```
+//!
+//! Sizes are tracked, not measured: each open fold keeps the JSON size of
+//! its accumulated values, updated with each merge, and the cap compares
+//! that plus a fixed allowance for the key, field names, counts and
+//! timestamps. The estimate never undercounts, so a folded event is never
+//! larger than `max_bytes`; it depends only on the events, so a replay
+//! after an aborted transaction closes the same folds at the same events.
 //!
 //! State: `<node>-open` (the open fold per key) and `<node>-timers`. Each
 //! open fold keeps one timer, armed at its earliest possible close; when it
@@ -92,6 +109,13 @@ pub struct FoldConfig {
     /// Close a fold once it holds this many events.
     #[serde(default)]
     pub max_events: Option<NonZeroU64>,
+    /// Close a fold before an event would make its folded event (or its
+    /// stored state) larger than this many bytes of JSON; an event that
+    /// alone would pass it goes to the dead-letter topic. Default: 90 % of
+    /// the producer's `message.max.bytes` (900000 with librdkafka's
+    /// default), so folds always fit what the producer may send.
+    #[serde(default)]
+    pub max_bytes: Option<NonZeroU64>,
     /// Clock for `quiet_for` and `max_wait`: `processing` (wall clock,
     /// default) or `event` (record time).
     #[serde(default)]
@@ -166,7 +190,17 @@ pub const RESERVED_FIELDS: &[&str] = &[
     "closed_by",
 ];
 
+/// Smallest `max_bytes` accepted: below it the fold's own fields (counts,
+/// timestamps, names) leave no room for values.
+const MIN_MAX_BYTES: u64 = 1024;
+
 impl FoldConfig {
+    /// The cap in force: `max_bytes`, or 90 % of the producer's limit.
+    fn max_bytes(&self, node: &NodeInfo<'_>) -> u64 {
+        self.max_bytes
+            .map_or(node.max_record_bytes as u64 / 10 * 9, NonZeroU64::get)
+    }
+
     fn key_field(&self, node: &NodeInfo<'_>) -> String {
         self.key_field
             .clone()
@@ -203,6 +237,22 @@ impl OperatorSpec for FoldConfig {
                 &["max_wait"],
                 format!("`max_wait` ({wait}) is shorter than `quiet_for` ({quiet}), so folds would never close as quiet"),
             ));
+        }
+        if let Some(max) = self.max_bytes.map(NonZeroU64::get) {
+            if max < MIN_MAX_BYTES {
+                issues.push(Issue::new(
+                    &["max_bytes"],
+                    format!("must be at least {MIN_MAX_BYTES}: a folded event's own fields take a few hundred bytes"),
+                ));
+            } else if max > node.max_record_bytes as u64 {
+                issues.push(Issue::new(
+                    &["max_bytes"],
+                    format!(
+                        "`max_bytes` ({max}) is larger than the producer's `message.max.bytes` ({}), so a folded event that large could not be written; lower it or raise `message.max.bytes` in `kafka.producer`",
+                        node.max_record_bytes
+                    ),
+                ));
+            }
         }
         let key_field = self.key_field(node);
         if self.fields.is_empty() {
@@ -247,9 +297,12 @@ impl OperatorSpec for FoldConfig {
         node: &NodeInfo<'_>,
         state: &mut StateSet,
     ) -> Result<Box<dyn Operator>, StateError> {
+        let key_field = self.key_field(node);
+        let names_bytes = names_bytes(&key_field, self.fields.keys());
         Ok(Box::new(Fold {
             open: state.declare(&node.store_name("open"))?,
-            key_field: self.key_field(node),
+            key_field,
+            names_bytes,
             fields: self
                 .fields
                 .iter()
@@ -258,6 +311,7 @@ impl OperatorSpec for FoldConfig {
             quiet_for: self.quiet_for.map(HumanDuration::as_millis),
             max_wait: self.max_wait.map(HumanDuration::as_millis),
             max_events: self.max_events.map(NonZeroU64::get),
+            max_bytes: self.max_bytes(node),
             clock: self.clock,
             timed: self.uses_timers(),
         }))
@@ -270,6 +324,7 @@ pub enum ClosedBy {
     Quiet,
     MaxWait,
     MaxEvents,
+    MaxBytes,
 }
 
 impl ClosedBy {
@@ -278,6 +333,7 @@ impl ClosedBy {
             ClosedBy::Quiet => "quiet",
             ClosedBy::MaxWait => "max_wait",
             ClosedBy::MaxEvents => "max_events",
+            ClosedBy::MaxBytes => "max_bytes",
         }
     }
 
@@ -286,6 +342,7 @@ impl ClosedBy {
             ClosedBy::Quiet => NodeCounter::FoldClosedQuiet,
             ClosedBy::MaxWait => NodeCounter::FoldClosedMaxWait,
             ClosedBy::MaxEvents => NodeCounter::FoldClosedMaxEvents,
+            ClosedBy::MaxBytes => NodeCounter::FoldClosedMaxBytes,
         }
     }
 }
@@ -305,6 +362,11 @@ pub struct OpenFold {
     timer: Option<Timestamp>,
     /// One accumulator per output field, in declaration order.
     acc: Vec<Acc>,
+    /// JSON size of the accumulated values ([`Acc::content_bytes`]), kept
+    /// up to date by each merge. Absent in folds stored before it existed:
+    /// computed once when such a fold is next touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
 }
 
 impl JsonState for OpenFold {}
@@ -369,52 +431,124 @@ impl Acc {
         }
     }
 
-    /// Merges one event's value (`None`: the event lacks the field).
-    fn merge(&mut self, value: Option<&Value>, max_len: usize) {
+    /// Merges one event's value (`None`: the event lacks the field);
+    /// returns how much [`Acc::content_bytes`] changed.
+    fn merge(&mut self, value: Option<&Value>, max_len: usize) -> i64 {
+        let len = |v: &Value| json_len(v) as i64;
         match self {
             Acc::Count(n) => {
                 if value.is_some() {
                     *n += 1;
                 }
+                0
             }
             Acc::Set(set) => match value {
-                Some(Value::Array(items)) => items.iter().for_each(|v| insert_sorted(set, v)),
+                Some(Value::Array(items)) => items.iter().map(|v| insert_sorted(set, v)).sum(),
                 Some(v) => insert_sorted(set, v),
-                None => {}
+                None => 0,
             },
             Acc::Keys(keys) => {
+                let mut grown = 0;
                 if let Some(Value::Object(map)) = value {
                     for name in map.keys() {
                         if let Err(at) = keys.binary_search_by(|k| k.as_str().cmp(name)) {
                             keys.insert(at, name.clone());
+                            grown += str_len(name) as i64 + 1;
                         }
                     }
                 }
+                grown
             }
             Acc::Sum(sum) => {
                 if let Some(Value::Number(n)) = value {
                     *sum = sum.add(n);
                 }
+                0
             }
             Acc::Min(current) => keep_if(current, value, Ordering::Less),
             Acc::Max(current) => keep_if(current, value, Ordering::Greater),
-            Acc::First(current) => {
-                if current.is_none() {
-                    *current = value.cloned();
+            Acc::First(current) => match (&current, value) {
+                (None, Some(v)) => {
+                    *current = Some(v.clone());
+                    len(v)
                 }
-            }
-            Acc::Last(current) => {
-                if value.is_some() {
-                    *current = value.cloned();
+                _ => 0,
+            },
+            Acc::Last(current) => match value {
+                Some(v) => {
+                    let old = current.replace(v.clone());
+                    len(v) - old.as_ref().map_or(0, len)
                 }
-            }
-            Acc::List(list) => {
-                if let Some(v) = value {
-                    if list.len() == max_len {
-                        list.pop_front();
+                None => 0,
+            },
+            Acc::List(list) => match value {
+                Some(v) => {
+                    let mut grown = len(v) + 1;
+                    if list.len() == max_len
+                        && let Some(dropped) = list.pop_front()
+                    {
+                        grown -= len(&dropped) + 1;
                     }
                     list.push_back(v.clone());
+                    grown
                 }
+                None => 0,
+            },
+        }
+    }
+
+    /// By how much merging `value` could grow [`Acc::content_bytes`] at
+    /// most: what would be inserted, or the new value of a replacement
+    /// (without subtracting the value it replaces).
+    fn growth(&self, value: Option<&Value>) -> u64 {
+        let Some(value) = value else { return 0 };
+        let absent = |set: &Vec<Value>, v: &Value| {
+            if set.binary_search_by(|p| canonical_cmp(p, v)).is_ok() {
+                0
+            } else {
+                json_len(v) + 1
+            }
+        };
+        match self {
+            Acc::Count(_) | Acc::Sum(_) => 0,
+            Acc::Set(set) => match value {
+                Value::Array(items) => items.iter().map(|v| absent(set, v)).sum(),
+                v => absent(set, v),
+            },
+            Acc::Keys(keys) => match value {
+                Value::Object(map) => map
+                    .keys()
+                    .filter(|name| keys.binary_search_by(|k| k.as_str().cmp(name)).is_err())
+                    .map(|name| str_len(name) + 1)
+                    .sum(),
+                _ => 0,
+            },
+            Acc::Min(current) => replaces(current, value, Ordering::Less),
+            Acc::Max(current) => replaces(current, value, Ordering::Greater),
+            Acc::First(current) => {
+                if current.is_none() {
+                    json_len(value)
+                } else {
+                    0
+                }
+            }
+            Acc::Last(_) => json_len(value),
+            Acc::List(_) => json_len(value) + 1,
+        }
+    }
+
+    /// The JSON size of the accumulated values, as [`Acc::merge`] tracks
+    /// it: each item of a set, key set or list with one separator, a single
+    /// value as itself; the fixed-size `sum` and `count` as nothing (the
+    /// per-field allowance covers them).
+    fn content_bytes(&self) -> u64 {
+        match self {
+            Acc::Count(_) | Acc::Sum(_) => 0,
+            Acc::Set(values) => values.iter().map(|v| json_len(v) + 1).sum(),
+            Acc::List(values) => values.iter().map(|v| json_len(v) + 1).sum(),
+            Acc::Keys(keys) => keys.iter().map(|k| str_len(k) + 1).sum(),
+            Acc::Min(v) | Acc::Max(v) | Acc::First(v) | Acc::Last(v) => {
+                v.as_ref().map_or(0, json_len)
             }
         }
     }
@@ -433,20 +567,111 @@ impl Acc {
     }
 }
 
-fn insert_sorted(set: &mut Vec<Value>, value: &Value) {
-    if let Err(at) = set.binary_search_by(|probe| canonical_cmp(probe, value)) {
-        set.insert(at, value.clone());
+/// Inserts `value` unless present; returns the bytes it added.
+fn insert_sorted(set: &mut Vec<Value>, value: &Value) -> i64 {
+    match set.binary_search_by(|probe| canonical_cmp(probe, value)) {
+        Ok(_) => 0,
+        Err(at) => {
+            set.insert(at, value.clone());
+            json_len(value) as i64 + 1
+        }
     }
 }
 
-fn keep_if(current: &mut Option<Value>, value: Option<&Value>, wanted: Ordering) {
-    if let Some(v) = value
-        && current
-            .as_ref()
-            .is_none_or(|c| canonical_cmp(v, c) == wanted)
-    {
-        *current = Some(v.clone());
+/// Whether `value` would replace `current` under `wanted`.
+fn would_replace(current: &Option<Value>, value: &Value, wanted: Ordering) -> bool {
+    current
+        .as_ref()
+        .is_none_or(|c| canonical_cmp(value, c) == wanted)
+}
+
+/// Replaces `current` when `value` is `wanted` of it; returns the change
+/// in bytes.
+fn keep_if(current: &mut Option<Value>, value: Option<&Value>, wanted: Ordering) -> i64 {
+    match value {
+        Some(v) if would_replace(current, v, wanted) => {
+            let old = current.replace(v.clone());
+            json_len(v) as i64 - old.as_ref().map_or(0, |o| json_len(o) as i64)
+        }
+        _ => 0,
     }
+}
+
+fn replaces(current: &Option<Value>, value: &Value, wanted: Ordering) -> u64 {
+    if would_replace(current, value, wanted) {
+        json_len(value)
+    } else {
+        0
+    }
+}
+
+/// Counts bytes written through it.
+struct ByteCount(u64);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len() as u64;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Length of `value` as compact JSON, without building the text.
+fn json_len(value: &Value) -> u64 {
+    let mut count = ByteCount(0);
+    // Writing a `Value` into an infallible writer cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// Length of `text` as a JSON string, quotes and escapes included.
+fn str_len(text: &str) -> u64 {
+    let mut count = ByteCount(0);
+    // As above: a string into an infallible writer.
+    let _ = serde_json::to_writer(&mut count, text);
+    count.0
+}
+
+/// What a folded event and a stored open fold hold besides the values
+/// [`Acc::content_bytes`] counts: braces, the reserved fields
+/// (`folded_count`, two RFC 3339 times, `closed_by`) or the stored fold's
+/// times, count and timer, each at its longest.
+const FOLD_BASE_BYTES: u64 = 320;
+/// Per output field, besides its name and its values: separators, an
+/// empty container or `null`, a `sum` or `count` at its longest (24
+/// characters), and the stored accumulator's tag (`{"float":...}`).
+const FIELD_BASE_BYTES: u64 = 48;
+
+/// [`FOLD_BASE_BYTES`], plus the key field's name and each output field's
+/// name and [`FIELD_BASE_BYTES`].
+fn names_bytes<'n>(key_field: &str, fields: impl Iterator<Item = &'n String>) -> u64 {
+    FOLD_BASE_BYTES
+        + str_len(key_field)
+        + fields
+            .map(|name| str_len(name) + FIELD_BASE_BYTES)
+            .sum::<u64>()
+}
+
+/// At most how many bytes `rule` may add for `value` to a fold holding
+/// nothing yet: cheap (one encoding of the contribution), never less than
+/// [`Acc::growth`] for any fold.
+fn growth_bound(rule: MergeRule, value: Option<&Value>) -> u64 {
+    match (rule, value) {
+        (_, None) | (MergeRule::Sum | MergeRule::Count, _) => 0,
+        (MergeRule::KeyUnion, Some(Value::Object(map))) => {
+            map.keys().map(|name| str_len(name) + 1).sum()
+        }
+        (MergeRule::KeyUnion, Some(_)) => 0,
+        (_, Some(v)) => json_len(v) + 1,
+    }
+}
+
+/// [`Acc::content_bytes`] of every field.
+fn content_bytes(acc: &[Acc]) -> u64 {
+    acc.iter().map(Acc::content_bytes).sum()
 }
 
 /// What `rule` takes from an event: the value at `from` (null counts as
@@ -482,11 +707,46 @@ struct Fold {
     quiet_for: Option<i64>,
     max_wait: Option<i64>,
     max_events: Option<u64>,
+    max_bytes: u64,
+    /// [`FOLD_BASE_BYTES`] plus the key field's and every field's name and
+    /// [`FIELD_BASE_BYTES`]: the allowance of every fold but its key.
+    names_bytes: u64,
     clock: Clock,
     timed: bool,
 }
 
 impl Fold {
+    /// The allowance of a folded event of `key` besides its values: the
+    /// key, the field names, and [`FOLD_BASE_BYTES`] and
+    /// [`FIELD_BASE_BYTES`].
+    fn fixed_bytes(&self, key: &[u8]) -> u64 {
+        self.names_bytes + str_len(&String::from_utf8_lossy(key))
+    }
+
+    /// Whether merging the event whose contributions are `values` would
+    /// take `fold` past `max_bytes`. `bound` is what the event could add at
+    /// most ([`growth_bound`]); only a fold close to the cap pays for the
+    /// exact look at which values are new.
+    fn would_outgrow(
+        &self,
+        fold: &OpenFold,
+        values: &[Option<&Value>],
+        fixed: u64,
+        bound: u64,
+    ) -> bool {
+        let held = fold.bytes.unwrap_or_else(|| content_bytes(&fold.acc));
+        if fixed + held + bound <= self.max_bytes {
+            return false;
+        }
+        let growth: u64 = fold
+            .acc
+            .iter()
+            .zip(values)
+            .map(|(acc, value)| acc.growth(*value))
+            .sum();
+        fixed + held + growth > self.max_bytes
+    }
+
     /// When `fold` may close at the earliest, and by which rule.
     fn deadline(&self, fold: &OpenFold) -> Option<(Timestamp, ClosedBy)> {
         let quiet = self
@@ -552,12 +812,52 @@ impl Operator for Fold {
                 check(rule.rule, pointer, v).map_err(OpError::Record)?;
             }
         }
+        let values: Vec<Option<&Value>> = self
+            .fields
+            .iter()
+            .map(|(_, rule)| contribution(rule, &record.value))
+            .collect();
+        let fixed = self.fixed_bytes(key);
+        let bound: u64 = self
+            .fields
+            .iter()
+            .zip(&values)
+            .map(|((_, rule), value)| growth_bound(rule.rule, *value))
+            .sum();
+        if fixed + bound > self.max_bytes {
+            return Err(OpError::Record(format!(
+                "the event alone would make a folded event of up to {} bytes, over the fold's `max_bytes` ({})",
+                fixed + bound,
+                self.max_bytes
+            )));
+        }
         let now = match self.clock {
             Clock::Processing => ctx.now(Clock::Processing),
             Clock::Event => record.timestamp,
         };
         ctx.count(NodeCounter::FoldEligible, 1);
 
+        // The open fold cannot take this event without passing the cap:
+        // it closes first, and the event opens the next fold.
+        let outgrown = match ctx.store(self.open).get(key)? {
+            Some(fold) => self.would_outgrow(fold, &values, fixed, bound),
+            None => false,
+        };
+        if outgrown && let Some(fold) = ctx.store(self.open).take(key)? {
+            if let (Some(at), true) = (fold.timer, self.timed) {
+                ctx.cancel_timer(self.clock, at, key)?;
+            }
+            self.close(key, fold, ClosedBy::MaxBytes, now, ctx);
+        }
+
+        let merge = |fold: &mut OpenFold| {
+            let mut bytes = fold.bytes.unwrap_or_else(|| content_bytes(&fold.acc)) as i64;
+            for (((_, rule), acc), value) in self.fields.iter().zip(&mut fold.acc).zip(&values) {
+                let max_len = rule.max_len.map_or(usize::MAX, NonZeroUsize::get);
+                bytes += acc.merge(*value, max_len);
+            }
+            fold.bytes = Some(bytes.max(0) as u64);
+        };
         let mut store = ctx.store(self.open);
         let (count, arm) = match store.get_mut(key)? {
             Some(fold) => {
@@ -565,10 +865,7 @@ impl Operator for Fold {
                 fold.last_ts = fold.last_ts.max(record.timestamp);
                 fold.first_ts = fold.first_ts.min(record.timestamp);
                 fold.count += 1;
-                for ((_, rule), acc) in self.fields.iter().zip(&mut fold.acc) {
-                    let max_len = rule.max_len.map_or(usize::MAX, NonZeroUsize::get);
-                    acc.merge(contribution(rule, &record.value), max_len);
-                }
+                merge(fold);
                 (fold.count, None)
             }
             None => {
@@ -584,11 +881,9 @@ impl Operator for Fold {
                         .iter()
                         .map(|(_, r)| Acc::empty(r.rule))
                         .collect(),
+                    bytes: Some(0),
                 };
-                for ((_, rule), acc) in self.fields.iter().zip(&mut fold.acc) {
-                    let max_len = rule.max_len.map_or(usize::MAX, NonZeroUsize::get);
-                    acc.merge(contribution(rule, &record.value), max_len);
-                }
+                merge(&mut fold);
                 // A fold that closes on its first event needs no timer.
                 let closes_now = self.max_events.is_some_and(|max| max <= 1);
                 let arm = if closes_now {
@@ -652,7 +947,11 @@ impl Operator for Fold {
 mod tests {
     use serde_json::json;
 
+    use super::super::Clocks;
+    use super::super::testing::{Harness, record, values};
     use super::*;
+    use crate::state::StateValue;
+    use crate::telemetry::NodeStats;
 
     fn acc_after(rule: MergeRule, values: &[Value]) -> Value {
         let mut acc = Acc::empty(rule);
@@ -727,5 +1026,277 @@ mod tests {
         );
         assert!(check(MergeRule::KeyUnion, &pointer, &json!([1])).is_err());
         assert!(check(MergeRule::Set, &pointer, &json!([1])).is_ok());
+    }
+
+    /// A fold of every rule over `events`, as the operator stores it.
+    fn fold_of(events: &[Value]) -> (Fold, OpenFold) {
+        let config: FoldConfig = serde_json::from_value(json!({
+            "fields": {
+                "tags": {"rule": "set", "from": "/tag"},
+                "names": {"rule": "key_union", "from": "/metrics"},
+                "total": {"rule": "sum", "from": "/n"},
+                "low": {"rule": "min", "from": "/v"},
+                "high": {"rule": "max", "from": "/v"},
+                "first": {"rule": "first", "from": "/v"},
+                "last": {"rule": "last", "from": "/v"},
+                "seen": {"rule": "count"},
+                "recent": {"rule": "list", "from": "/v", "max_len": 3},
+            },
+            "max_events": 1000,
+        }))
+        .unwrap();
+        let fold = Fold {
+            open: StateSet::new(
+                Box::new(crate::state::memory::MemoryBackend::new(1)),
+                vec!["n-open".into()],
+            )
+            .declare("n-open")
+            .unwrap(),
+            key_field: "account_id".into(),
+            fields: config.fields.clone().into_iter().collect(),
+            quiet_for: None,
+            max_wait: None,
+            max_events: None,
+            max_bytes: u64::MAX,
+            names_bytes: names_bytes("account_id", config.fields.keys()),
+            clock: Clock::Processing,
+            timed: false,
+        };
+        let mut open = OpenFold {
+            opened: i64::MIN,
+            touched: i64::MAX,
+            first_ts: i64::MIN,
+            last_ts: i64::MAX,
+            count: u64::MAX,
+            timer: Some(i64::MIN),
+            acc: fold
+                .fields
+                .iter()
+                .map(|(_, r)| Acc::empty(r.rule))
+                .collect(),
+            bytes: Some(0),
+        };
+        for event in events {
+            let mut bytes = open.bytes.unwrap() as i64;
+            for ((_, rule), acc) in fold.fields.iter().zip(&mut open.acc) {
+                let value = contribution(rule, event);
+                let growth = acc.growth(value);
+                assert!(
+                    growth <= growth_bound(rule.rule, value),
+                    "{rule:?} {value:?}"
+                );
+                let delta = acc.merge(value, rule.max_len.map_or(usize::MAX, NonZeroUsize::get));
+                assert!(
+                    delta <= growth as i64,
+                    "{rule:?} {value:?}: {delta} > {growth}"
+                );
+                bytes += delta;
+            }
+            open.bytes = Some(bytes as u64);
+        }
+        (fold, open)
+    }
+
+    /// The tracked size plus the allowance is never less than the folded
+    /// event or the stored fold, whatever the values (escapes, floats,
+    /// extreme times and counts included).
+    #[test]
+    fn the_size_estimate_bounds_the_folded_event_and_the_stored_fold() {
+        let events: Vec<Value> = (0..40)
+            .map(|i| {
+                json!({
+                    "tag": if i % 3 == 0 { json!([format!("t\"\n{i}"), i, {"a": [i]}]) } else { json!(format!("é{i}")) },
+                    "metrics": {format!("m\u{1}{}", i % 7): i, "likes": i},
+                    "n": if i % 2 == 0 { json!(-1.2345678901234567e-300) } else { json!(i64::MIN / 2) },
+                    "v": if i % 5 == 0 { json!({"deep": ["x", "y", "z"]}) } else { json!(i * 1000) },
+                })
+            })
+            .collect();
+        for n in [0, 1, 2, 7, 40] {
+            let (fold, open) = fold_of(&events[..n]);
+            let key = b"key \"quoted\" \x01";
+            let estimate = fold.fixed_bytes(key) + open.bytes.unwrap();
+            assert_eq!(
+                open.bytes.unwrap(),
+                content_bytes(&open.acc),
+                "tracked = measured"
+            );
+            let stored = open.encode().unwrap().len() as u64;
+            assert!(stored <= estimate, "stored {stored} > {estimate}");
+            let mut ctx_out = Vec::new();
+            let mut state = StateSet::new(
+                Box::new(crate::state::memory::MemoryBackend::new(1)),
+                vec!["n-open".into()],
+            );
+            let mut stats = NodeStats::default();
+            let mut ctx = Context {
+                state: &mut state,
+                timers: None,
+                out: &mut ctx_out,
+                stats: &mut stats,
+                clocks: Clocks::default(),
+                input: 0,
+                origin: None,
+            };
+            fold.close(key, open, ClosedBy::MaxEvents, i64::MAX, &mut ctx);
+            let emitted = crate::formats::json::encode(&ctx_out[0].record.value).len() as u64;
+            assert!(emitted <= estimate, "emitted {emitted} > {estimate}");
+        }
+    }
+
+    fn capped(max_bytes: u64) -> Harness {
+        Harness::new(
+            json!({
+                "type": "fold",
+                "fields": {"tags": {"rule": "set", "from": "/tag"}, "n": {"rule": "count"}},
+                "quiet_for": "1m",
+                "max_bytes": max_bytes,
+            }),
+            None,
+        )
+    }
+
+    fn tag(i: u64) -> Value {
+        json!({"tag": format!("{i:04}-{}", "x".repeat(95))})
+    }
+
+    /// Scenario 6 of issue 8: a hot key's `set` would outgrow the cap; the
+    /// fold closes before the event that would pass it, that event opens
+    /// the next fold, and no emitted event is larger than the cap.
+    #[test]
+    fn a_fold_closes_before_an_event_would_take_it_past_max_bytes() {
+        let mut h = capped(4096);
+        let mut folds = Vec::new();
+        for i in 0..200 {
+            folds.extend(values(&h.process(record("hot", tag(i), 0)).unwrap()));
+        }
+        folds.extend(values(&h.advance(Clock::Processing, 120_000).unwrap()));
+        assert!(folds.len() > 2, "{} folds", folds.len());
+        let mut seen = Vec::new();
+        for (i, fold) in folds.iter().enumerate() {
+            let size = crate::formats::json::encode(fold).len();
+            assert!(size <= 4096, "fold {i}: {size} bytes");
+            let last = i + 1 == folds.len();
+            assert_eq!(
+                fold["closed_by"],
+                json!(if last { "quiet" } else { "max_bytes" })
+            );
+            // A closed fold is full: the next tag would not have fitted.
+            if !last {
+                assert!(
+                    size + 100 > 4096 - 600,
+                    "fold {i} closed early at {size} bytes"
+                );
+            }
+            seen.extend(fold["tags"].as_array().unwrap().iter().cloned());
+        }
+        assert_eq!(
+            seen,
+            (0..200).map(|i| tag(i)["tag"].clone()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            h.count(NodeCounter::FoldClosedMaxBytes),
+            folds.len() as u64 - 1
+        );
+        assert_eq!(h.count(NodeCounter::FoldEligible), 200);
+        assert_eq!(h.count(NodeCounter::FoldFolded), 200 - folds.len() as u64);
+    }
+
+    #[test]
+    fn values_already_in_a_full_fold_do_not_close_it() {
+        let mut h = capped(4096);
+        let mut i = 0;
+        // Fill the fold up to its last tag.
+        loop {
+            let out = h.process(record("hot", tag(i), 0)).unwrap();
+            if !out.is_empty() {
+                break;
+            }
+            i += 1;
+        }
+        // The fold that closed held tags 0..i; tag i opened the next one.
+        for _ in 0..100 {
+            assert!(h.process(record("hot", tag(i), 0)).unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn an_event_too_large_for_any_fold_is_the_record_s_fault_and_changes_nothing() {
+        let mut h = capped(2048);
+        assert!(
+            h.process(record("k", json!({"tag": "small"}), 0))
+                .unwrap()
+                .is_empty()
+        );
+        let error = h
+            .process(record("k", json!({"tag": "x".repeat(3000)}), 0))
+            .unwrap_err();
+        assert!(matches!(error, OpError::Record(_)));
+        assert!(
+            error
+                .to_string()
+                .contains("over the fold's `max_bytes` (2048)"),
+            "{error}"
+        );
+        assert_eq!(h.count(NodeCounter::FoldEligible), 1);
+        let out = values(&h.advance(Clock::Processing, 120_000).unwrap());
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0]["tags"], json!(["small"]));
+    }
+
+    #[test]
+    fn the_default_cap_is_nine_tenths_of_the_producer_s_limit_and_check_refuses_more() {
+        let config: FoldConfig =
+            serde_json::from_value(json!({"fields": {"n": {"rule": "count"}}, "max_events": 5}))
+                .unwrap();
+        let node = |limit| NodeInfo {
+            name: "n",
+            key_by: None,
+            max_record_bytes: limit,
+        };
+        assert_eq!(config.max_bytes(&node(1_000_000)), 900_000);
+        assert_eq!(config.max_bytes(&node(65_536)), 58_977);
+        let too_big: FoldConfig = serde_json::from_value(
+            json!({"fields": {"n": {"rule": "count"}}, "max_events": 5, "max_bytes": 70_000}),
+        )
+        .unwrap();
+        let mut issues = Vec::new();
+        too_big.validate(&node(65_536), &mut issues);
+        assert_eq!(issues.len(), 1);
+        assert!(
+            issues[0]
+                .message
+                .contains("larger than the producer's `message.max.bytes` (65536)")
+        );
+        let mut issues = Vec::new();
+        too_big.validate(&node(1_000_000), &mut issues);
+        assert!(issues.is_empty(), "{issues:?}");
+    }
+
+    /// Folds stored before `bytes` existed get their size measured once.
+    #[test]
+    fn a_fold_stored_without_its_size_is_measured_when_next_touched() {
+        let mut h = capped(4096);
+        for i in 0..10 {
+            h.process(record("hot", tag(i), 0)).unwrap();
+        }
+        let mut legacy = h
+            .store::<OpenFold>("open")
+            .get(b"hot")
+            .unwrap()
+            .unwrap()
+            .clone();
+        let tracked = legacy.bytes.take().unwrap();
+        assert_eq!(tracked, content_bytes(&legacy.acc));
+        h.store::<OpenFold>("open").put(b"hot", legacy);
+        h.process(record("hot", tag(10), 0)).unwrap();
+        let fold = h
+            .store::<OpenFold>("open")
+            .get(b"hot")
+            .unwrap()
+            .unwrap()
+            .clone();
+        assert_eq!(fold.bytes, Some(content_bytes(&fold.acc)));
+        assert_eq!(fold.count, 11);
     }
 }

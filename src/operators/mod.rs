@@ -169,6 +169,9 @@ pub trait OperatorSpec {
 pub struct NodeInfo<'a> {
     pub name: &'a str,
     pub key_by: Option<&'a JsonPointer>,
+    /// The largest record the producer may send (its `message.max.bytes`),
+    /// for operators whose state or output grows with their input.
+    pub max_record_bytes: usize,
 }
 
 impl NodeInfo<'_> {

@@ -34,6 +34,7 @@ impl Harness {
         let info = NodeInfo {
             name: "n",
             key_by: key_by.as_ref(),
+            max_record_bytes: crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES,
         };
         let spec = kind.spec();
         let mut issues = Vec::new();
@@ -78,6 +79,7 @@ impl Harness {
         let info = NodeInfo {
             name: "n",
             key_by: self.key_by.as_ref(),
+            max_record_bytes: crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES,
         };
         let spec = self.kind.spec();
         self.operator = spec.build(&info, &mut self.state).unwrap();

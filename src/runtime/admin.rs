@@ -35,6 +35,10 @@ const WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
 pub struct Layout {
     /// Partitions of every source (and so the number of tasks).
     pub partitions: i32,
+    /// `max.message.bytes` of the topics the topology writes (sinks,
+    /// changelogs, repartition and dead-letter topics), where the cluster
+    /// reports it.
+    pub max_message_bytes: HashMap<String, usize>,
 }
 
 struct Creation {
@@ -275,7 +279,84 @@ pub fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Run
         create_topics(&admin, &create)?;
         wait_for_topics(&admin, &servers, &create)?;
     }
-    Ok(Layout { partitions })
+    let mut written: Vec<String> = topology
+        .internal_topics()
+        .into_iter()
+        .map(|t| t.name)
+        .chain(topology.sinks.iter().map(|s| s.config.topic.clone()))
+        .collect();
+    written.sort();
+    written.dedup();
+    // Without the topics' limits only the producer's applies; a broker
+    // refusal then still ends in a dead letter (see `limits`).
+    let max_message_bytes = max_message_bytes(&admin, &written).unwrap_or_else(|error| {
+        tracing::warn!(%error, "Cannot read the output topics' max.message.bytes; checking records against the producer's message.max.bytes only.");
+        HashMap::new()
+    });
+    Ok(Layout {
+        partitions,
+        max_message_bytes,
+    })
+}
+
+/// The `max.message.bytes` of `topics` that the cluster reports (Apache
+/// Kafka reports every topic's, defaults included; nisshi 0.7.0 only
+/// those set explicitly). The runtime measures records against them, so
+/// a record too large for its topic becomes a dead letter instead of
+/// failing the transaction.
+fn max_message_bytes(
+    admin: &AdminClient<DefaultClientContext>,
+    topics: &[String],
+) -> Result<HashMap<String, usize>, RuntimeError> {
+    let limits: HashMap<String, usize> = describe_topics(admin, topics)?
+        .into_iter()
+        .filter_map(|(topic, configs)| {
+            let bytes = configs.get("max.message.bytes")?.trim().parse().ok()?;
+            Some((topic, bytes))
+        })
+        .collect();
+    for (topic, bytes) in &limits {
+        tracing::debug!(topic, bytes, "Topic record size limit.");
+    }
+    Ok(limits)
+}
+
+/// The configuration entries of `topics` that have a value, per topic; a
+/// topic the broker says nothing about has none.
+fn describe_topics(
+    admin: &AdminClient<DefaultClientContext>,
+    topics: &[String],
+) -> Result<HashMap<String, HashMap<String, String>>, RuntimeError> {
+    if topics.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::Startup(format!("cannot start the admin runtime: {e}")))?;
+    let resources: Vec<ResourceSpecifier<'_>> = topics
+        .iter()
+        .map(|t| ResourceSpecifier::Topic(t.as_str()))
+        .collect();
+    let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+    let results = runtime.block_on(admin.describe_configs(&resources, &options))?;
+    let mut out = HashMap::new();
+    for (topic, result) in topics.iter().zip(results) {
+        match result {
+            Ok(resource) => {
+                let entries = resource
+                    .entries
+                    .into_iter()
+                    .filter_map(|e| Some((e.name, e.value?)))
+                    .collect();
+                out.insert(topic.clone(), entries);
+            }
+            Err(code) => {
+                tracing::debug!(topic, %code, "Cannot read the topic's configuration.");
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn create_topics(
@@ -357,31 +438,10 @@ fn refuse_uncompacted_changelogs(
     admin: &AdminClient<DefaultClientContext>,
     changelogs: &[String],
 ) -> Result<(), RuntimeError> {
-    if changelogs.is_empty() {
-        return Ok(());
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| RuntimeError::Startup(format!("cannot start the admin runtime: {e}")))?;
-    let resources: Vec<ResourceSpecifier<'_>> = changelogs
-        .iter()
-        .map(|t| ResourceSpecifier::Topic(t.as_str()))
-        .collect();
-    let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
-    let results = runtime.block_on(admin.describe_configs(&resources, &options))?;
+    let configs = describe_topics(admin, changelogs)?;
     let mut refused = Vec::new();
-    for (topic, result) in changelogs.iter().zip(results) {
-        let policy = match result {
-            Ok(resource) => resource
-                .get("cleanup.policy")
-                .and_then(|entry| entry.value.clone()),
-            Err(code) => {
-                tracing::debug!(topic, %code, "Cannot read the changelog's configuration.");
-                None
-            }
-        };
-        match policy {
+    for topic in changelogs {
+        match configs.get(topic).and_then(|c| c.get("cleanup.policy")) {
             Some(policy) if !policy.split(',').any(|p| p.trim() == "compact") => {
                 refused.push(format!("`{topic}` (cleanup.policy={policy})"));
             }

@@ -77,7 +77,9 @@ use super::RuntimeError;
 use super::changelog::{
     CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, POSITION_HEADER, Positions, TXN_HEADER,
 };
-use super::task::Task;
+use super::limits::{Limits, TooLarge, record_size};
+use super::task::{DeadLetter, Task, dlq_headers};
+use crate::topology::Topology;
 
 /// How long a transactional call may take before we give up on it.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -280,12 +282,14 @@ impl Journal {
     }
 }
 
-/// Delivery reports: the highest offset produced per tracked partition, and
-/// the first failure.
+/// Delivery reports: the highest offset produced per tracked partition,
+/// the first failure, and the records the broker refused as too large.
 #[derive(Default)]
 pub struct Deliveries {
     offsets: HashMap<(usize, i32), i64>,
     failure: Option<String>,
+    /// Topic and [`record_size`] of each record refused as too large.
+    refused: Vec<(String, usize)>,
 }
 
 pub struct DeliveryContext {
@@ -311,9 +315,26 @@ impl ProducerContext for DeliveryContext {
                     *slot = (*slot).max(message.offset());
                 }
             }
-            Err((error, _)) => {
+            Err((error, message)) => {
                 if deliveries.failure.is_none() {
                     deliveries.failure = Some(error.to_string());
+                }
+                if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
+                    use rdkafka::Message;
+                    use rdkafka::message::Headers;
+                    // Measured as it was checked: without the stamp,
+                    // which the size always reserves room for.
+                    let headers: Vec<(String, Vec<u8>)> = message
+                        .headers()
+                        .map(|h| {
+                            h.iter()
+                                .filter(|h| h.key != TXN_HEADER)
+                                .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let size = record_size(message.key(), message.payload(), &headers);
+                    deliveries.refused.push((message.topic().to_string(), size));
                 }
             }
         }
@@ -347,6 +368,8 @@ pub struct Transactions {
     began: Option<Instant>,
     timeout: Duration,
     tracked: Vec<String>,
+    /// What the producer and each topic accept ([`super::limits`]).
+    limits: Limits,
     pub committed: u64,
     pub aborted: u64,
 }
@@ -381,11 +404,35 @@ impl Transactions {
     /// Creates the producer; under exactly-once, initialises transactions,
     /// which fences any earlier instance with the same transactional id
     /// and aborts what it left open.
+    ///
+    /// `topic_limits` are the `max.message.bytes` of the topics it will
+    /// write, as far as the cluster reported them: no batch of several
+    /// records is made larger than the smallest (`batch.size`), and
+    /// [`Transactions::check_size`] measures records against them.
     pub fn new(
         config: &ClientConfig,
         exactly_once: bool,
         hooks: &TestHooks,
+        topic_limits: HashMap<String, usize>,
     ) -> Result<Transactions, RuntimeError> {
+        let mut limits = Limits::new(
+            config
+                .get("message.max.bytes")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES),
+        );
+        limits.set_topics(topic_limits);
+        let mut config = config.clone();
+        if let Some(smallest) = limits.smallest_topic_limit() {
+            let batch = config
+                .get("batch.size")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES);
+            if smallest < batch {
+                config.set("batch.size", smallest.to_string());
+            }
+        }
+        let config = &config;
         let journal = match &hooks.journal {
             Some(path) => Some(Journal {
                 file: std::fs::OpenOptions::new()
@@ -429,9 +476,83 @@ impl Transactions {
                 ..Faults::default()
             },
             tracked: vec![String::new()],
+            limits,
             committed: 0,
             aborted: 0,
         })
+    }
+
+    /// Whether `record` fits its topic; a record that does not must not be
+    /// sent (it would fail the transaction, and its replay again).
+    pub fn check_size(&self, record: &Produce<'_>) -> Result<(), TooLarge> {
+        self.limits.check(
+            record.topic,
+            record_size(record.key, record.payload, record.headers),
+        )
+    }
+
+    /// Sends `letter` to the dead-letter topic `topic`, its payload cut to
+    /// fit the topic when it is too large ([`super::limits::shrink`]).
+    pub fn send_dead_letter(
+        &mut self,
+        topic: &str,
+        letter: &DeadLetter,
+    ) -> Result<(), CommitError> {
+        tracing::debug!(node = %letter.node, reason = letter.header(dlq_headers::REASON), "Dead letter.");
+        let record = Produce {
+            topic,
+            partition: None,
+            key: letter.key.as_deref(),
+            payload: letter.payload.as_deref(),
+            headers: &letter.headers,
+            timestamp: None,
+            tracked: 0,
+        };
+        let Err(too_large) = self.check_size(&record) else {
+            return self.send(record);
+        };
+        let (mut key, mut payload, mut headers) = (
+            letter.key.clone(),
+            letter.payload.clone(),
+            letter.headers.clone(),
+        );
+        super::limits::shrink(
+            &mut key,
+            &mut payload,
+            &mut headers,
+            dlq_headers::ALL,
+            too_large.excess(),
+        );
+        tracing::error!(
+            node = %letter.node,
+            topic,
+            size = too_large.size,
+            limit = too_large.limit,
+            "A dead letter is too large for the dead-letter topic; its payload was cut (header streamfold.dlq.truncated holds its length)."
+        );
+        self.send(Produce {
+            topic,
+            partition: None,
+            key: key.as_deref(),
+            payload: payload.as_deref(),
+            headers: &headers,
+            timestamp: None,
+            tracked: 0,
+        })
+    }
+
+    /// Records the broker refused as too large lower their topic's limit,
+    /// so the replay of the aborted transaction dead-letters them.
+    fn learn_refusals(&mut self, refused: &[(String, usize)]) {
+        for (topic, size) in refused {
+            if self.limits.refused(topic, *size) {
+                tracing::error!(
+                    topic = %topic,
+                    size,
+                    "The broker refused a record as too large (the topic's max.message.bytes was not reported at startup, or changed since); records this large now go to the dead-letter topic."
+                );
+            }
+        }
     }
 
     /// What an error from the producer means: its fatal error, when it has
@@ -598,6 +719,7 @@ impl Transactions {
             self.commit_at_least_once(consumer, offsets)
         };
         let mut deliveries = std::mem::take(&mut *self.deliveries());
+        self.learn_refusals(&deliveries.refused);
         match (result, deliveries.failure.take()) {
             (Ok(()), None) => {
                 self.in_transaction = false;
@@ -753,7 +875,8 @@ impl Transactions {
             })?;
         }
         self.began = None;
-        *self.deliveries() = Deliveries::default();
+        let deliveries = std::mem::take(&mut *self.deliveries());
+        self.learn_refusals(&deliveries.refused);
         self.journal("aborted");
         let took = started.elapsed();
         metrics::histogram!(crate::telemetry::ABORT_DURATION).record(took.as_secs_f64());
@@ -799,27 +922,66 @@ pub struct CommitCycle {
     inputs: Vec<String>,
     /// Store index → changelog topic and its tracked index.
     changelogs: Vec<(String, usize)>,
+    /// Store index → store name, for dead letters.
+    stores: Vec<String>,
     /// Where an input without a committed offset is rewound to.
     reset: Offset,
+    app: String,
+    dead_letter_topic: String,
 }
 
 impl CommitCycle {
+    /// The cycle of `topology`'s stores over `inputs`.
     pub fn new(
         mut txn: Transactions,
         inputs: Vec<String>,
-        changelogs: &[String],
+        topology: &Topology,
         reset: Offset,
     ) -> CommitCycle {
-        let changelogs = changelogs
-            .iter()
-            .map(|topic| (topic.clone(), txn.track(topic)))
+        let changelogs = topology
+            .stores()
+            .map(|s| (s.changelog_topic.clone(), txn.track(&s.changelog_topic)))
             .collect();
         CommitCycle {
             txn,
             inputs,
             changelogs,
+            stores: topology.stores().map(|s| s.name.clone()).collect(),
             reset,
+            app: topology.name.clone(),
+            dead_letter_topic: topology.dead_letter_topic.clone(),
         }
+    }
+
+    /// A state value too large for its changelog topic can never be
+    /// committed; keeping it would fail every transaction from now on. It
+    /// goes to the dead-letter topic instead, and the key's state is
+    /// deleted: `entry` becomes a tombstone, committed like any other
+    /// change, so the store stays writable and a restore agrees with it.
+    fn drop_state(
+        &mut self,
+        entry: &mut crate::state::ChangelogEntry,
+        too_large: &TooLarge,
+    ) -> Result<(), CommitError> {
+        let store = &self.stores[entry.store];
+        let reason = format!(
+            "{}; the key's state was dropped",
+            too_large.reason(&format!("the state of store `{store}`"))
+        );
+        tracing::error!(
+            store = %store,
+            size = too_large.size,
+            limit = too_large.limit,
+            "A state value is too large for its changelog topic; the key's state was dropped and sent to the dead-letter topic."
+        );
+        metrics::counter!(crate::telemetry::RECORDS_TOO_LARGE, "topology" => self.app.clone(), "store" => store.clone())
+            .increment(1);
+        metrics::counter!(crate::telemetry::DEAD_LETTERS, "topology" => self.app.clone(), "node" => store.clone())
+            .increment(1);
+        let mut letter = super::task::dead_letter(None, store, "record", &reason, 1);
+        letter.key = Some(entry.key.to_vec());
+        letter.payload = entry.value.take().map(Vec::from);
+        self.txn.send_dead_letter(&self.dead_letter_topic, &letter)
     }
 
     /// Commits the open transaction with the tasks' changelogs and
@@ -837,7 +999,8 @@ impl CommitCycle {
         let mut pending = Vec::with_capacity(tasks.len());
         let mut offsets = Vec::new();
         for item in tasks.into_iter().filter(|t| t.running) {
-            let entries = item.task.state().changelog()?;
+            let mut entries = item.task.state().changelog()?;
+            let mut dropped = Vec::new();
             let positions = Positions(
                 item.cursor
                     .positions
@@ -848,23 +1011,29 @@ impl CommitCycle {
             );
             if !entries.is_empty() {
                 let header = [(POSITION_HEADER.to_string(), positions.encode())];
-                for entry in &entries {
-                    let (topic, tracked) = &self.changelogs[entry.store];
+                for entry in &mut entries {
+                    let (topic, tracked) = self.changelogs[entry.store].clone();
+                    let size = record_size(Some(&entry.key), entry.value.as_deref(), &header);
+                    if let Err(too_large) = self.txn.limits.check(&topic, size) {
+                        self.drop_state(entry, &too_large)
+                            .map_err(RuntimeError::Commit)?;
+                        dropped.push((entry.store, entry.key.clone()));
+                    }
                     self.txn
                         .send(Produce {
-                            topic,
+                            topic: &topic,
                             partition: Some(item.id),
                             key: Some(&entry.key),
                             payload: entry.value.as_deref(),
                             headers: &header,
                             timestamp: Some(now),
-                            tracked: *tracked,
+                            tracked,
                         })
                         .map_err(RuntimeError::Commit)?;
                 }
             }
             offsets.extend(positions.0.into_iter().map(|((topic, p), o)| (topic, p, o)));
-            pending.push((item, entries));
+            pending.push((item, entries, dropped));
         }
         let delivered = self
             .txn
@@ -875,7 +1044,7 @@ impl CommitCycle {
         self.txn
             .fault(FaultPoint::Committed)
             .map_err(RuntimeError::Commit)?;
-        for (item, entries) in pending {
+        for (item, entries, dropped) in pending {
             for (topic, _) in &self.changelogs {
                 if let Some(offset) = delivered.get(&(topic.clone(), item.id)) {
                     item.cursor
@@ -895,6 +1064,9 @@ impl CommitCycle {
                 ),
             ];
             item.task.committed(entries, &meta)?;
+            for (store, key) in dropped {
+                item.task.state().forget(store, &key);
+            }
             item.cursor.committed = item.cursor.positions.clone();
         }
         Ok(())
@@ -987,5 +1159,65 @@ mod tests {
             Err(CommitError::Aborted(_))
         ));
         assert!(faults.check(FaultPoint::Sent).is_ok());
+    }
+
+    /// A broker refusing a record as too large (its `max.message.bytes`
+    /// was not known) fails the transaction once; the topic's limit then
+    /// drops below that record, so its replay is dead-lettered instead of
+    /// being refused again.
+    #[test]
+    fn a_record_the_broker_refuses_as_too_large_lowers_its_topic_s_limit() {
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("out", 1, 1).unwrap();
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", mock.bootstrap_servers());
+        let mut txn =
+            Transactions::new(&config, false, &TestHooks::default(), HashMap::new()).unwrap();
+        let consumer: BaseConsumer = config.clone().set("group.id", "g").create().unwrap();
+        let payload = vec![b'x'; 5_000];
+        let record = || Produce {
+            topic: "out",
+            partition: Some(0),
+            key: Some(b"k"),
+            payload: Some(&payload),
+            headers: &[],
+            timestamp: None,
+            tracked: 0,
+        };
+        assert!(txn.check_size(&record()).is_ok());
+
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+        );
+        txn.send(record()).unwrap();
+        let refused = txn.commit(&consumer, &TopicPartitionList::new());
+        assert!(
+            matches!(refused, Err(CommitError::Aborted(_))),
+            "{refused:?}"
+        );
+        txn.abort().unwrap();
+
+        let too_large = txn.check_size(&record()).unwrap_err();
+        assert_eq!(too_large.source, super::super::limits::LimitSource::Refused);
+        assert!(too_large.limit < too_large.size);
+        let smaller = vec![b'x'; 4_000];
+        assert!(
+            txn.check_size(&Produce {
+                payload: Some(&smaller),
+                ..record()
+            })
+            .is_ok()
+        );
+        // The next transaction goes through.
+        txn.send(Produce {
+            payload: Some(&smaller),
+            ..record()
+        })
+        .unwrap();
+        assert!(txn.commit(&consumer, &TopicPartitionList::new()).is_ok());
     }
 }

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use rdkafka::config::ClientConfig;
 
@@ -83,6 +84,27 @@ fn apply_overrides(config: &mut ClientConfig, options: &RunOptions) {
     for (k, v) in &options.properties {
         config.set(k, v);
     }
+}
+
+/// `topology` with the `-X message.max.bytes` override (if any) in its
+/// producer settings, where the producer gets it from anyway (`-X` applies
+/// last), so operators size what they emit for the producer that sends it
+/// ([`crate::topology::model::KafkaConfig::max_record_bytes`]).
+pub fn with_producer_overrides(topology: Arc<Topology>, options: &RunOptions) -> Arc<Topology> {
+    let Some((_, value)) = options
+        .properties
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "message.max.bytes")
+    else {
+        return topology;
+    };
+    let mut topology = Topology::clone(&topology);
+    topology
+        .kafka
+        .producer
+        .insert("message.max.bytes".into(), value.clone());
+    Arc::new(topology)
 }
 
 /// The group consumer.

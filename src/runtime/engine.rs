@@ -71,6 +71,7 @@ pub fn run(
     options: RunOptions,
     shutdown: Arc<AtomicBool>,
 ) -> Result<(), RuntimeError> {
+    let topology = config::with_producer_overrides(topology, &options);
     let layout = admin::prepare(&topology, &config::admin_config(&topology, &options))?;
     tracing::info!(
         topology = %topology.name,
@@ -127,6 +128,7 @@ fn run_member(
         &config::producer_config(topology, options),
         exactly_once,
         &options.hooks,
+        layout.max_message_bytes.clone(),
     )
     .map_err(|e| RuntimeError::Startup(format!("cannot start the transactional producer: {e}")))?;
     tracing::info!(run = %txn.run_id(), "Producer ready; joining the group.");
@@ -393,10 +395,6 @@ impl Engine {
             }
         }
 
-        let changelogs: Vec<String> = topology
-            .stores()
-            .map(|s| s.changelog_topic.clone())
-            .collect();
         let reset = match topology.sources[0].config.offset_reset {
             OffsetReset::Earliest => Offset::Beginning,
             OffsetReset::Latest => Offset::End,
@@ -404,7 +402,7 @@ impl Engine {
         let cycle = CommitCycle::new(
             txn,
             inputs.iter().map(|i| i.topic.clone()).collect(),
-            &changelogs,
+            &topology,
             reset,
         );
         let state_dir = options
@@ -871,10 +869,10 @@ impl Engine {
                         };
                         Ok((key, payload))
                     });
+                    let name = &self.topology.sinks[sink].name;
                     let (key, payload) = match encoded {
                         Ok(encoded) => encoded,
                         Err(reason) => {
-                            let name = &self.topology.sinks[sink].name;
                             metrics::counter!(telemetry::DEAD_LETTERS, "topology" => self.topology.name.clone(), "node" => name.clone())
                                 .increment(1);
                             let letter =
@@ -883,18 +881,22 @@ impl Engine {
                             continue;
                         }
                     };
-                    self.cycle
-                        .txn
-                        .send(Produce {
-                            topic: &self.topology.sinks[sink].config.topic,
-                            partition: None,
-                            key: key.as_deref(),
-                            payload: payload.as_deref(),
-                            headers: &record.headers,
-                            timestamp: Some(record.timestamp),
-                            tracked: 0,
-                        })
-                        .map_err(RuntimeError::Commit)?;
+                    let produce = Produce {
+                        topic: &self.topology.sinks[sink].config.topic,
+                        partition: None,
+                        key: key.as_deref(),
+                        payload: payload.as_deref(),
+                        headers: &record.headers,
+                        timestamp: Some(record.timestamp),
+                        tracked: 0,
+                    };
+                    if let Err(too_large) = self.cycle.txn.check_size(&produce) {
+                        let name = name.clone();
+                        let reason = too_large.reason(&format!("the record of sink `{name}`"));
+                        self.too_large(origin, &name, &reason, &record)?;
+                        continue;
+                    }
+                    self.cycle.txn.send(produce).map_err(RuntimeError::Commit)?;
                 }
                 Output::Repartition {
                     node,
@@ -917,18 +919,22 @@ impl Engine {
                         .repartition_topic
                         .as_deref()
                         .unwrap_or_default();
-                    self.cycle
-                        .txn
-                        .send(Produce {
-                            topic,
-                            partition: Some(partition_for(key, self.partitions)),
-                            key: Some(key),
-                            payload: Some(&payload),
-                            headers: &record.headers,
-                            timestamp: Some(record.timestamp),
-                            tracked: 0,
-                        })
-                        .map_err(RuntimeError::Commit)?;
+                    let produce = Produce {
+                        topic,
+                        partition: Some(partition_for(key, self.partitions)),
+                        key: Some(key),
+                        payload: Some(&payload),
+                        headers: &record.headers,
+                        timestamp: Some(record.timestamp),
+                        tracked: 0,
+                    };
+                    if let Err(too_large) = self.cycle.txn.check_size(&produce) {
+                        let name = self.topology.nodes[node].name.clone();
+                        let reason = too_large.reason(&format!("the record for node `{name}`"));
+                        self.too_large(origin, &name, &reason, &record)?;
+                        continue;
+                    }
+                    self.cycle.txn.send(produce).map_err(RuntimeError::Commit)?;
                 }
                 Output::DeadLetter(letter) => self.send_dead_letter(&letter)?,
             }
@@ -937,19 +943,29 @@ impl Engine {
     }
 
     fn send_dead_letter(&mut self, letter: &super::task::DeadLetter) -> Result<(), RuntimeError> {
-        tracing::debug!(node = %letter.node, reason = letter.header(super::task::dlq_headers::REASON), "Dead letter.");
         self.cycle
             .txn
-            .send(Produce {
-                topic: &self.topology.dead_letter_topic,
-                partition: None,
-                key: letter.key.as_deref(),
-                payload: letter.payload.as_deref(),
-                headers: &letter.headers,
-                timestamp: None,
-                tracked: 0,
-            })
+            .send_dead_letter(&self.topology.dead_letter_topic, letter)
             .map_err(RuntimeError::Commit)
+    }
+
+    /// `record`, for sink or node `name`, is too large for its topic: it
+    /// becomes a dead letter (its value as JSON) instead of failing the
+    /// transaction, and the process goes on (issue 8, scenario 6).
+    fn too_large(
+        &mut self,
+        origin: Option<&Origin<'_>>,
+        name: &str,
+        reason: &str,
+        record: &Record,
+    ) -> Result<(), RuntimeError> {
+        tracing::debug!(node = %name, %reason, "A record is too large for its topic; sending it to the dead-letter topic.");
+        for metric in [telemetry::DEAD_LETTERS, telemetry::RECORDS_TOO_LARGE] {
+            metrics::counter!(metric, "topology" => self.topology.name.clone(), "node" => name.to_string())
+                .increment(1);
+        }
+        let letter = super::task::sink_dead_letter(origin, name, reason, record);
+        self.send_dead_letter(&letter)
     }
 
     /// Between messages: restore progress, punctuation, commits, metrics.

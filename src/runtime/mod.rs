@@ -6,13 +6,15 @@
 //! - [`commit`]: the commit protocol, the only user of transactions;
 //! - [`restore`]: replaying changelogs into a task's store;
 //! - [`admin`]: startup checks and topic creation;
-//! - [`changelog`]: the position rule and what is stored with state.
+//! - [`changelog`]: the position rule and what is stored with state;
+//! - [`limits`]: record sizes against what the producer and topics accept.
 
 pub mod admin;
 pub mod changelog;
 pub mod commit;
 pub mod config;
 pub mod engine;
+pub mod limits;
 pub mod partitioner;
 pub mod replay;
 pub mod restore;

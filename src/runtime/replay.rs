@@ -6,7 +6,9 @@
 //! topic is known (`streamfold.dlq.topic`) and that matches the `--filter`
 //! jq condition is produced to that topic with its original key, value and
 //! headers (the `streamfold.dlq.*` headers removed, and
-//! `streamfold.replayed` naming the letter). Sends and the replay's progress
+//! `streamfold.replayed` naming the letter). A letter whose payload was cut
+//! to fit the dead-letter topic (`streamfold.dlq.truncated`) is counted and
+//! left: sending the start of a record would be worse than sending none. Sends and the replay's progress
 //! commit in one transaction every thousand letters, so an interrupted
 //! replay resumes without sending a letter twice. `--dry-run` only counts.
 //!
@@ -57,6 +59,9 @@ pub struct ReplayReport {
     pub no_origin: u64,
     /// Letters the filter failed on (counted, left in place).
     pub filter_errors: u64,
+    /// Letters whose payload was cut to fit the dead-letter topic: the
+    /// record is incomplete, so they cannot be replayed.
+    pub truncated: u64,
 }
 
 impl ReplayReport {
@@ -135,6 +140,7 @@ pub fn replay(
             &config,
             true,
             &super::commit::TestHooks::default(),
+            std::collections::HashMap::new(),
         )?)
     };
     let mut positions: BTreeMap<i32, i64> = BTreeMap::new();
@@ -207,6 +213,13 @@ pub fn replay(
             report.no_origin += 1;
             continue;
         };
+        if headers
+            .iter()
+            .any(|(k, _)| k == super::limits::TRUNCATED_HEADER)
+        {
+            report.truncated += 1;
+            continue;
+        }
         *report.replayed.entry(origin.clone()).or_default() += 1;
         let Some(txn) = &mut txn else { continue };
         let mut original: Vec<(String, Vec<u8>)> = headers

@@ -32,8 +32,13 @@ pub mod dlq_headers {
     pub const CLASS: &str = "streamfold.dlq.class";
     pub const REASON: &str = "streamfold.dlq.reason";
     pub const ATTEMPTS: &str = "streamfold.dlq.attempts";
+    /// The payload was cut to fit the dead-letter topic; its original
+    /// length ([`crate::runtime::limits::TRUNCATED_HEADER`]).
+    pub const TRUNCATED: &str = crate::runtime::limits::TRUNCATED_HEADER;
     /// All of them, to strip before a replay.
-    pub const ALL: &[&str] = &[TOPIC, PARTITION, OFFSET, NODE, CLASS, REASON, ATTEMPTS];
+    pub const ALL: &[&str] = &[
+        TOPIC, PARTITION, OFFSET, NODE, CLASS, REASON, ATTEMPTS, TRUNCATED,
+    ];
 }
 
 /// Timers read from a store at a time.
@@ -171,8 +176,12 @@ impl Task {
         let names = topology.stores().map(|s| s.name.clone()).collect();
         let mut state = StateSet::new(backend, names);
         let mut nodes = Vec::with_capacity(topology.nodes.len());
+        let max_record_bytes = topology.kafka.max_record_bytes();
         for node in &topology.nodes {
-            let operator = node.kind.spec().build(&node.info(), &mut state)?;
+            let operator = node
+                .kind
+                .spec()
+                .build(&node.info(max_record_bytes), &mut state)?;
             let timers = match node.timer_store() {
                 Some(store) => Some(TimerState::declare(&mut state, &store)?),
                 None => None,

@@ -146,6 +146,7 @@ struct Overlay<V> {
 trait ErasedOverlay: Send {
     fn changelog(&self, store: usize, out: &mut Vec<ChangelogEntry>) -> Result<(), StateError>;
     fn committed(&mut self, cache_entries: usize);
+    fn forget(&mut self, key: &[u8]);
     fn abort(&mut self);
     fn dirty(&self) -> usize;
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -193,6 +194,14 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
         }
         if self.slots.len() > cache_entries {
             self.slots.clear();
+        }
+    }
+
+    fn forget(&mut self, key: &[u8]) {
+        if let Some(slot) = self.slots.remove(key)
+            && !matches!(slot, Slot::Clean(_))
+        {
+            self.dirty -= 1;
         }
     }
 
@@ -308,6 +317,16 @@ impl StateSet {
             overlay.committed(Self::CACHE_ENTRIES);
         }
         Ok(())
+    }
+
+    /// Drops what the overlay of `store` holds for `key`, cached or
+    /// pending, so the next read goes to the backend: for a committed entry
+    /// the runtime changed on its way (a state value too large for its
+    /// changelog was committed as a deletion).
+    pub fn forget(&mut self, store: usize, key: &[u8]) {
+        if let Some(Some(overlay)) = self.overlays.get_mut(store) {
+            overlay.forget(key);
+        }
     }
 
     /// The transaction aborted: forget every pending write.
@@ -578,6 +597,24 @@ mod tests {
             Some(&b"2"[..])
         );
         assert_eq!(state.meta("offsets").unwrap(), Some(b"7".to_vec()));
+        assert!(!state.has_pending());
+    }
+
+    /// The runtime may commit an entry other than the one the overlay
+    /// wrote (a state value too large for its changelog goes as a
+    /// deletion); forgetting the key makes reads agree with the backend.
+    #[test]
+    fn a_forgotten_key_is_read_from_the_backend_again() {
+        let (mut state, h) = state();
+        state.view(h).put(b"a", 1);
+        state.view(h).put(b"b", 2);
+        let mut entries = state.changelog().unwrap();
+        entries[0].value = None;
+        state.committed(entries, &[]).unwrap();
+        assert_eq!(state.view(h).get(b"a").unwrap(), Some(&1), "cached");
+        state.forget(0, b"a");
+        assert_eq!(state.view(h).get(b"a").unwrap(), None);
+        assert_eq!(state.view(h).get(b"b").unwrap(), Some(&2));
         assert!(!state.has_pending());
     }
 

@@ -35,6 +35,9 @@ pub const FOLD_CLOSED_QUIET: &str = "streamfold_fold_closed_quiet_total";
 pub const FOLD_CLOSED_MAX_WAIT: &str = "streamfold_fold_closed_max_wait_total";
 /// Folds closed by `max_events`.
 pub const FOLD_CLOSED_MAX_EVENTS: &str = "streamfold_fold_closed_max_events_total";
+/// Folds closed early because the next event would have made them larger
+/// than `max_bytes`.
+pub const FOLD_CLOSED_MAX_BYTES: &str = "streamfold_fold_closed_max_bytes_total";
 /// Records whose id a `dedup` node had already seen within its retention.
 pub const DEDUP_DUPLICATES: &str = "streamfold_dedup_duplicates_total";
 /// Records a `dedup` node let through again because they were re-deliveries
@@ -86,6 +89,7 @@ pub enum NodeCounter {
     FoldClosedQuiet,
     FoldClosedMaxWait,
     FoldClosedMaxEvents,
+    FoldClosedMaxBytes,
     DedupDuplicates,
     DedupRedeliveries,
     DedupExpired,
@@ -103,7 +107,7 @@ pub enum NodeCounter {
 }
 
 impl NodeCounter {
-    pub const ALL: [NodeCounter; 24] = [
+    pub const ALL: [NodeCounter; 25] = [
         NodeCounter::RecordsIn,
         NodeCounter::RecordsOut,
         NodeCounter::DeadLetters,
@@ -114,6 +118,7 @@ impl NodeCounter {
         NodeCounter::FoldClosedQuiet,
         NodeCounter::FoldClosedMaxWait,
         NodeCounter::FoldClosedMaxEvents,
+        NodeCounter::FoldClosedMaxBytes,
         NodeCounter::DedupDuplicates,
         NodeCounter::DedupRedeliveries,
         NodeCounter::DedupExpired,
@@ -142,6 +147,7 @@ impl NodeCounter {
             NodeCounter::FoldClosedQuiet => FOLD_CLOSED_QUIET,
             NodeCounter::FoldClosedMaxWait => FOLD_CLOSED_MAX_WAIT,
             NodeCounter::FoldClosedMaxEvents => FOLD_CLOSED_MAX_EVENTS,
+            NodeCounter::FoldClosedMaxBytes => FOLD_CLOSED_MAX_BYTES,
             NodeCounter::DedupDuplicates => DEDUP_DUPLICATES,
             NodeCounter::DedupRedeliveries => DEDUP_REDELIVERIES,
             NodeCounter::DedupExpired => DEDUP_EXPIRED,
@@ -246,6 +252,11 @@ pub const RECORDS_CONSUMED: &str = "streamfold_runtime_records_consumed_total";
 /// Input records whose offsets were committed (with their outputs, under
 /// exactly-once).
 pub const RECORDS_COMMITTED: &str = "streamfold_runtime_records_committed_total";
+/// Records streamfold did not produce because they are larger than their
+/// topic accepts (`max.message.bytes`, or the producer's
+/// `message.max.bytes`); each became a dead letter (a changelog record:
+/// its key's state was dropped). By the sink, node or store.
+pub const RECORDS_TOO_LARGE: &str = "streamfold_runtime_records_too_large_total";
 /// Tasks currently running (restored and processing).
 pub const TASKS_RUNNING: &str = "streamfold_runtime_tasks_running";
 /// Source topics `run` is waiting for at startup (0 once they all exist).

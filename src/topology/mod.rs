@@ -115,10 +115,13 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn info(&self) -> NodeInfo<'_> {
+    /// What the operator may know of its node, under a producer that
+    /// sends records of up to `max_record_bytes`.
+    pub fn info(&self, max_record_bytes: usize) -> NodeInfo<'_> {
         NodeInfo {
             name: &self.name,
             key_by: self.common.key_by.as_ref(),
+            max_record_bytes,
         }
     }
 
@@ -805,6 +808,10 @@ impl Loader {
         // Keys: a keyed operator needs keyed input or `key_by`. Unknown
         // parts count as keyed so they raise no second error.
         let mut output_keyed = vec![true; parsed.nodes.len()];
+        let max_record_bytes = parsed.kafka.as_ref().map_or(
+            crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES,
+            KafkaConfig::max_record_bytes,
+        );
         for &i in &order {
             let (name, Some(common), Some(kind)) = &parsed.nodes[i] else {
                 continue;
@@ -850,6 +857,7 @@ impl Loader {
             let info = NodeInfo {
                 name,
                 key_by: common.key_by.as_ref(),
+                max_record_bytes,
             };
             let mut issues: Vec<Issue> = Vec::new();
             spec.validate(&info, &mut issues);

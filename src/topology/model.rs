@@ -80,6 +80,22 @@ fn default_wait_for_sources() -> bool {
     true
 }
 
+/// librdkafka's default `message.max.bytes`.
+pub const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
+
+impl KafkaConfig {
+    /// The producer's `message.max.bytes`: from `producer`, else
+    /// `properties`, else librdkafka's default. A value that is not a
+    /// number is librdkafka's to reject when the producer starts.
+    pub fn max_record_bytes(&self) -> usize {
+        self.producer
+            .get("message.max.bytes")
+            .or_else(|| self.properties.get("message.max.bytes"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_MESSAGE_MAX_BYTES)
+    }
+}
+
 /// A Confluent-compatible schema registry (Confluent Schema Registry,
 /// Karapace, Redpanda, Apicurio in Confluent mode). Values may use `${VAR}`.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
