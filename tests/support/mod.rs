@@ -152,7 +152,7 @@ fn spawn_nisshi(port: u16, storage: &str, dir: &Path, pid_file: &Path) -> Child 
          --storage-engine {storage} --group-initial-rebalance-delay 0s --silent & \
          child=$!; echo $child > {pid_file}; \
          while kill -0 {parent} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 1; done; \
-         kill $child 2>/dev/null",
+         kill -0 {parent} 2>/dev/null || kill $child 2>/dev/null",
         nisshi = nisshi_binary().display(),
         pid_file = pid_file.display(),
         parent = std::process::id(),
