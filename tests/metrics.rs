@@ -136,9 +136,18 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 /// Node counters of the topology and the nodes that carry each: only the
 /// counters of a node's kind.
 const NODE_COUNTERS: &[(&str, &[&str])] = &[
-    ("streamfold_node_records_in_total", &["valid", "positive", "totals"]),
-    ("streamfold_node_records_out_total", &["valid", "positive", "totals"]),
-    ("streamfold_node_dropped_records_total", &["valid", "positive"]),
+    (
+        "streamfold_node_records_in_total",
+        &["valid", "positive", "totals"],
+    ),
+    (
+        "streamfold_node_records_out_total",
+        &["valid", "positive", "totals"],
+    ),
+    (
+        "streamfold_node_dropped_records_total",
+        &["valid", "positive"],
+    ),
     ("streamfold_node_repartition_duplicates_total", &["totals"]),
     ("streamfold_map_empty_results_total", &["valid"]),
     ("streamfold_filter_rejected_records_total", &["positive"]),
@@ -213,9 +222,11 @@ fn every_counter_is_exported_at_zero_before_any_input() {
     let setup = Setup::new("sf-zero");
     let app = setup.start(&[]);
     // Per-task gauges appear once tasks run, at the next metrics round.
-    app.wait_metric_present("streamfold_fold_open_folds", Duration::from_secs(30), |_| {
-        true
-    });
+    app.wait_metric_present(
+        "streamfold_fold_open_folds",
+        Duration::from_secs(30),
+        |_| true,
+    );
     let text = app.metrics_text();
     let topology = setup.app.as_str();
     let mut problems = Vec::new();
@@ -231,7 +242,9 @@ fn every_counter_is_exported_at_zero_before_any_input() {
             .collect();
         let wanted: BTreeSet<String> = nodes.iter().map(|n| n.to_string()).collect();
         if exported != wanted {
-            problems.push(format!("{name} is exported for {exported:?}, not {wanted:?}"));
+            problems.push(format!(
+                "{name} is exported for {exported:?}, not {wanted:?}"
+            ));
         }
     }
     for name in ABSENT_COUNTERS {
@@ -287,7 +300,10 @@ fn every_counter_is_exported_at_zero_before_any_input() {
         &mut problems,
     );
     for partition in 0..PARTITIONS {
-        let l = labels(&[("topology", topology), ("partition", &partition.to_string())]);
+        let l = labels(&[
+            ("topology", topology),
+            ("partition", &partition.to_string()),
+        ]);
         for name in [
             "streamfold_restore_records_restored_total",
             "streamfold_restore_records_skipped_total",

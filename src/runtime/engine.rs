@@ -44,7 +44,7 @@ use super::{RuntimeError, admin};
 use crate::formats::{CodecError, Codecs, json};
 use crate::record::{Origin, Record};
 use crate::state::rocks::RocksBackend;
-use crate::telemetry::{self, NodeCounter, NodeGauge, NodeStats};
+use crate::telemetry::{self, DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::Topology;
 use crate::topology::model::{Guarantee, KeyFormat, OffsetReset};
 
@@ -72,6 +72,7 @@ pub fn run(
     shutdown: Arc<AtomicBool>,
 ) -> Result<(), RuntimeError> {
     let layout = admin::prepare(&topology, &config::admin_config(&topology, &options))?;
+    telemetry::metrics::register_partitions(&topology, layout.partitions);
     tracing::info!(
         topology = %topology.name,
         instance = %options.instance_id,
@@ -495,6 +496,10 @@ impl Engine {
             .meta(CHANGELOG_OFFSETS)?
             .and_then(|b| ChangelogOffsets::decode(&b))
             .unwrap_or_default();
+        let published = state_task
+            .committed_stats()
+            .map(|(_, s)| s.clone())
+            .collect();
         let slot = Slot {
             task: state_task,
             running: false,
@@ -505,7 +510,7 @@ impl Engine {
                 changelog_offsets,
             },
             missed: vec![None; self.inputs.len()],
-            published: vec![NodeStats::default(); self.topology.nodes.len()],
+            published,
         };
         self.tasks.insert(task, slot);
         self.next_offsets_fetch = Instant::now();
@@ -700,7 +705,7 @@ impl Engine {
         }
         for task in tasks {
             if let Some(mut slot) = self.tasks.remove(task) {
-                publish_task_metrics(&self.topology.name, *task, &mut slot, true);
+                publish_task_metrics(&self.topology, *task, &mut slot, true);
                 tracing::info!(task, "Task closed.");
             }
             if let Err(e) = self.restorer.remove(*task) {
@@ -759,11 +764,7 @@ impl Engine {
                     let decoded = key.and_then(|key| {
                         let value = match message.payload() {
                             Some(payload) => self.codecs.decode(source, payload)?,
-                            None => {
-                                return Err(CodecError::record(
-                                    "record has no value (a tombstone)",
-                                ));
-                            }
+                            None => return Err(CodecError::no_value()),
                         };
                         Ok(Record {
                             key,
@@ -814,13 +815,14 @@ impl Engine {
                             &mut outputs,
                         )
                     }
-                    _ => {
-                        tracing::error!(
-                            topic = message.topic(),
-                            partition,
-                            offset = message.offset(),
-                            "Skipping an undecodable record on a repartition topic."
-                        );
+                    // Not written by streamfold, or damaged.
+                    unreadable => {
+                        let reason = match unreadable {
+                            Some(Err(reason)) => reason,
+                            _ => CodecError::no_value().reason,
+                        };
+                        slot.task
+                            .unreadable_repartitioned(*node, &origin, &reason, &mut outputs);
                         Ok(())
                     }
                 }
@@ -833,15 +835,16 @@ impl Engine {
         slot.cursor.positions[input] = Some(message.offset() + 1);
         self.consumed_unreported += 1;
         self.consumed_uncommitted += 1;
-        let produced = self.produce(&mut outputs, Some(&origin));
+        let produced = self.produce(partition, &mut outputs, Some(&origin));
         self.outputs = outputs;
         produced
     }
 
-    /// Sends what tasks emitted: sink records, repartition records and dead
-    /// letters, inside the open transaction.
+    /// Sends what task `task` emitted: sink records, repartition records
+    /// and dead letters, inside the open transaction.
     fn produce(
         &mut self,
+        task: i32,
         outputs: &mut Vec<Output>,
         origin: Option<&Origin<'_>>,
     ) -> Result<(), RuntimeError> {
@@ -866,8 +869,9 @@ impl Engine {
                         Ok(encoded) => encoded,
                         Err(reason) => {
                             let name = &self.topology.sinks[sink].name;
-                            metrics::counter!(telemetry::DEAD_LETTERS, "topology" => self.topology.name.clone(), "node" => name.clone())
-                                .increment(1);
+                            if let Some(slot) = self.tasks.get_mut(&task) {
+                                slot.task.count_sink_dead_letter(sink);
+                            }
                             let letter =
                                 super::task::sink_dead_letter(origin, name, &reason, &record);
                             self.send_dead_letter(&letter)?;
@@ -978,7 +982,7 @@ impl Engine {
             // A restoring task has no state to report yet: its gauges
             // appear once it runs, never as a misleading 0.
             for (&task, slot) in self.tasks.iter_mut().filter(|(_, s)| s.running) {
-                publish_task_metrics(&self.topology.name, task, slot, false);
+                publish_task_metrics(&self.topology, task, slot, false);
             }
         }
         Ok(())
@@ -1033,7 +1037,7 @@ impl Engine {
                 if fired || dirty {
                     self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
                 }
-                self.produce(&mut outputs, None)?;
+                self.produce(task, &mut outputs, None)?;
                 if fired {
                     self.cycle
                         .txn
@@ -1117,7 +1121,7 @@ impl Engine {
         let tasks: Vec<i32> = self.tasks.keys().copied().collect();
         for task in tasks {
             if let Some(mut slot) = self.tasks.remove(&task) {
-                publish_task_metrics(&self.topology.name, task, &mut slot, true);
+                publish_task_metrics(&self.topology, task, &mut slot, true);
             }
             let _ = self.restorer.remove(task);
         }
@@ -1126,26 +1130,36 @@ impl Engine {
     }
 }
 
-/// Publishes a task's counter deltas since the last call; `closing` zeroes
-/// its gauges.
-fn publish_task_metrics(app: &str, task: i32, slot: &mut Slot, closing: bool) {
+/// Publishes a task's counter deltas since the last call (as of its last
+/// commit); `closing` zeroes its gauges.
+fn publish_task_metrics(topology: &Topology, task: i32, slot: &mut Slot, closing: bool) {
+    let app = topology.name.as_str();
     let partition = task.to_string();
-    for (index, (node, stats)) in slot.task.committed_stats().enumerate() {
+    for (index, (name, stats)) in slot.task.committed_stats().enumerate() {
         let before = &slot.published[index];
-        for counter in NodeCounter::ALL {
+        for &counter in NodeCounter::ALL {
             let delta = stats.get(counter) - before.get(counter);
             if delta > 0 {
-                metrics::counter!(counter.metric(), "topology" => app.to_string(), "node" => node.to_string())
-                    .increment(delta);
+                telemetry::node_counter(app, name, counter).increment(delta);
             }
         }
-        for gauge in NodeGauge::ALL {
+        for &reason in DeadLetterReason::ALL {
+            let delta = stats.dead_letters(reason) - before.dead_letters(reason);
+            if delta > 0 {
+                telemetry::dead_letter_counter(app, name, reason).increment(delta);
+            }
+        }
+        // Stats of sources and sinks follow the nodes'.
+        let Some(node) = topology.nodes.get(index) else {
+            continue;
+        };
+        for &gauge in node.kind.gauges() {
             let value = if closing { 0 } else { stats.gauge(gauge) };
-            metrics::gauge!(gauge.metric(), "topology" => app.to_string(), "node" => node.to_string(), "partition" => partition.clone())
+            metrics::gauge!(gauge.metric(), "topology" => app.to_string(), "node" => name.to_string(), "partition" => partition.clone())
                 .set(value as f64);
         }
         if let Some(ratio) = stats.folding_ratio() {
-            metrics::gauge!(telemetry::FOLD_RATIO, "topology" => app.to_string(), "node" => node.to_string(), "partition" => partition.clone())
+            metrics::gauge!(telemetry::FOLD_RATIO, "topology" => app.to_string(), "node" => name.to_string(), "partition" => partition.clone())
                 .set(ratio);
         }
     }

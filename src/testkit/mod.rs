@@ -496,7 +496,7 @@ impl Driver {
         self.received.get(topic).map_or(&[], Vec::as_slice)
     }
 
-    /// Per node: its name and counters.
+    /// Per node, then source, then sink: its name and counters.
     pub fn stats(&self) -> Vec<(String, NodeStats)> {
         self.task
             .stats()
@@ -561,6 +561,7 @@ impl Driver {
                     let bytes = match encoded {
                         Ok(bytes) => bytes,
                         Err(reason) => {
+                            self.task.count_sink_dead_letter(sink);
                             let letter = crate::runtime::task::sink_dead_letter(
                                 origin, &def.name, &reason, &record,
                             );
