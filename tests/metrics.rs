@@ -377,6 +377,10 @@ impl Kind {
     }
 }
 
+/// Records the test writes straight to `totals`' repartition topic, as a
+/// foreign producer (or damage) would: `totals` cannot read them back.
+const REPARTITION_GARBAGE: u64 = 7;
+
 fn count(kind: Kind) -> u64 {
     MIX.iter()
         .find(|(k, _)| *k == kind)
@@ -420,8 +424,8 @@ fn node_metric(text: &str, name: &str, topology: &str, node: &str) -> Option<f64
 }
 
 /// The evidence of issue 12: after a poison run (undecodable bytes, bad
-/// keys, records a node rejects, values a sink cannot write, drops) with
-/// an aborted transaction in the middle, the dead-letter counters equal
+/// keys, records a node rejects, values a sink cannot write, unreadable
+/// repartition records, drops) with an aborted transaction in the middle, the dead-letter counters equal
 /// the committed contents of the dead-letter topic per location and
 /// reason, and the number the test produced of each kind.
 #[test]
@@ -467,6 +471,15 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
         };
         producer.send(&setup.source, key, &value, &[]);
     }
+    let repartition = format!("{}-totals-repartition", setup.app);
+    for i in 0..REPARTITION_GARBAGE {
+        producer.send(
+            &repartition,
+            Some(format!("g{i}").as_bytes()),
+            b"\x00garbage",
+            &[],
+        );
+    }
     producer.flush();
     let end = producer.ends(&setup.source, PARTITIONS);
     wait_committed_to(
@@ -493,6 +506,10 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
                 .or_default() += *n as u64;
         }
     }
+    produced.insert(
+        ("totals".into(), "undecodable_value".into()),
+        REPARTITION_GARBAGE,
+    );
     // Counters are published as of commits, once a second.
     let deadline = Instant::now() + Duration::from_secs(60);
     let counted = loop {
