@@ -193,6 +193,30 @@ const DEAD_LETTER_LABELS: &[(&str, &str)] = &[
     ("amounts", "unencodable"),
 ];
 
+/// Series exported twice with the same labels (a counter registered under
+/// one label order and incremented under another would be).
+fn duplicate_series(text: &str) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' ').map(|(series, _)| series))
+        .filter_map(|series| {
+            let name = series.split('{').next().unwrap_or_default();
+            let labels = series_labels(series);
+            (!seen.insert((name.to_string(), labels))).then(|| series.to_string())
+        })
+        .collect()
+}
+
+fn series_labels(series: &str) -> BTreeMap<String, String> {
+    let name = series.split('{').next().unwrap_or_default();
+    support::series(&format!("{series} 0"), name)
+        .into_iter()
+        .next()
+        .map(|(l, _)| l)
+        .unwrap_or_default()
+}
+
 /// Checks that `name{labels}` is exported (with `want`, when given).
 fn expect(
     text: &str,
@@ -322,6 +346,11 @@ fn every_counter_is_exported_at_zero_before_any_input() {
             "streamfold_fold_open_folds is exported for {gauge_nodes:?}, not the fold only"
         ));
     }
+    problems.extend(
+        duplicate_series(&text)
+            .into_iter()
+            .map(|s| format!("exported twice: {s}")),
+    );
     app.stop();
     assert!(
         problems.is_empty(),
@@ -524,6 +553,7 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
     for (l, _) in series(&text, DEAD_LETTERS) {
         assert_eq!(l.get("topology").map(String::as_str), Some(topology));
     }
+    assert_eq!(duplicate_series(&text), Vec::<String>::new());
     let drops = [
         ("streamfold_filter_rejected_records_total", "positive"),
         ("streamfold_node_dropped_records_total", "positive"),
