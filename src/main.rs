@@ -215,6 +215,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             };
             if let Some(addr) = metrics_addr {
                 streamfold::telemetry::metrics::install(addr).map_err(anyhow::Error::msg)?;
+                streamfold::telemetry::metrics::register_topology(&t);
             }
             let shutdown = Arc::new(AtomicBool::new(false));
             watch_signals(Arc::clone(&shutdown))?;

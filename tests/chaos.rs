@@ -419,10 +419,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if std::env::var_os("CHAOS_KEEP").is_some() {
-            let kept = self.dir.take().unwrap().keep();
-            eprintln!("chaos: logs, journals and state kept in {}", kept.display());
-        } else if std::thread::panicking() {
+        if std::env::var_os("CHAOS_KEEP").is_some() || std::thread::panicking() {
             let kept = self.dir.take().unwrap().keep();
             eprintln!("chaos: logs, journals and state kept in {}", kept.display());
         }
@@ -835,7 +832,10 @@ impl Scenario {
         // Incomplete outputs are for the judge to explain (what is missing,
         // where); waiting longer would not bring them.
         if !cluster.wait_for(COMPLETE, |c| (self.finished)(c, input)) {
-            eprintln!("{}: the outputs are not complete after {COMPLETE:?}", self.test);
+            eprintln!(
+                "{}: the outputs are not complete after {COMPLETE:?}",
+                self.test
+            );
         }
     }
 
@@ -1338,7 +1338,9 @@ fn nisshi_compaction_keeps_an_aborted_record_over_the_committed_one() {
             .unwrap();
         producer.flush(Duration::from_secs(30)).unwrap();
         if commit {
-            producer.commit_transaction(Duration::from_secs(30)).unwrap();
+            producer
+                .commit_transaction(Duration::from_secs(30))
+                .unwrap();
         } else {
             producer.abort_transaction(Duration::from_secs(30)).unwrap();
         }
@@ -1347,7 +1349,11 @@ fn nisshi_compaction_keeps_an_aborted_record_over_the_committed_one() {
         .iter()
         .map(|r| String::from_utf8_lossy(r.payload.as_deref().unwrap_or_default()).into_owned())
         .collect();
-    assert_eq!(before, ["committed", "aborted"], "nisshi shows aborted records");
+    assert_eq!(
+        before,
+        ["committed", "aborted"],
+        "nisshi shows aborted records"
+    );
     // Compaction runs when the broker starts.
     broker().restart(false, Duration::ZERO);
     let after: Vec<String> = read_to_end(&topic, Duration::from_secs(60))

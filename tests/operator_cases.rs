@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use streamfold::telemetry::{NodeCounter, NodeStats};
+use streamfold::telemetry::{DeadLetterReason, NodeCounter, NodeStats};
 use streamfold::testkit::{CaseReport, run_case};
 use streamfold::topology::{self, Topology};
 
@@ -148,7 +148,12 @@ fn distributed_counter_counts_retries_late_writes_and_unknown_reads() {
     assert_eq!(rollup.get(NodeCounter::RollupLate), 2);
     // Two late writes, a missing token and a bad delta; the write without
     // an event time was rejected by its source, before the node.
-    assert_eq!(rollup.get(NodeCounter::DeadLetters), 4);
+    assert_eq!(rollup.dead_letters(DeadLetterReason::Rejected), 4);
+    assert_eq!(rollup.dead_letters_total(), 4);
+    assert_eq!(
+        stats(&late, "counter_events").dead_letters(DeadLetterReason::BadTimestamp),
+        1
+    );
 
     let reads = case(&topology, "distributed-counter", "read-triggers");
     assert_eq!(
@@ -195,7 +200,7 @@ fn one_to_one_nodes_account_for_every_record() {
                     s.get(NodeCounter::RecordsIn),
                     s.get(NodeCounter::RecordsOut)
                         + s.get(NodeCounter::Dropped)
-                        + s.get(NodeCounter::DeadLetters),
+                        + s.dead_letters_total(),
                     "{name}/{}: node {} ({s:?})",
                     dir.display(),
                     node.name
@@ -219,12 +224,6 @@ fn partitioned_processing_filters_reshapes_and_orders_per_account() {
         1
     );
     let letters = case(&topology, "partitioned-processing", "dead-letters");
-    assert_eq!(
-        stats(&letters, "payment_view").get(NodeCounter::DeadLetters),
-        1
-    );
-    assert_eq!(
-        stats(&letters, "account_balance").get(NodeCounter::DeadLetters),
-        1
-    );
+    assert_eq!(stats(&letters, "payment_view").dead_letters_total(), 1);
+    assert_eq!(stats(&letters, "account_balance").dead_letters_total(), 1);
 }

@@ -285,7 +285,12 @@ dead_letter:
         Duration::from_secs(30),
         |n| n >= hot_folds as f64,
     );
-    let dead_letters = app.metric("streamfold_node_dead_letters_total");
+    // Dead letters are counted as of commits (published after them).
+    let dead_letters = app.wait_metric(
+        "streamfold_node_dead_letters_total",
+        Duration::from_secs(30),
+        |n| n >= hot_folds as f64,
+    );
     let log = app.stop();
 
     let records = committed_records(&run.out, &journal);

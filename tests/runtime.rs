@@ -611,10 +611,32 @@ fn bad_records_go_to_the_dead_letter_topic_and_processing_continues() {
         keys,
         BTreeSet::from(["account_1".to_string(), "account_2".to_string()])
     );
+    // Each dead letter is counted where it happened (issue 12: the source's
+    // went uncounted before, and this sum was 1 against 2 letters).
+    let text = app.metrics_text();
+    let counted = |node: &str, reason: &str| {
+        series(&text, "streamfold_node_dead_letters_total")
+            .into_iter()
+            .find(|(l, _)| {
+                l.get("node").map(String::as_str) == Some(node)
+                    && l.get("reason").map(String::as_str) == Some(reason)
+            })
+            .map(|(_, v)| v)
+    };
     assert_eq!(
-        app.metric("streamfold_node_dead_letters_total"),
-        1.0,
+        counted("fold_account", "missing_key_field"),
+        Some(1.0),
         "the fold counted its dead letter"
+    );
+    assert_eq!(
+        counted("post_metrics", "undecodable_value"),
+        Some(1.0),
+        "the source counted its dead letter"
+    );
+    assert_eq!(
+        parse_metric(&text, "streamfold_node_dead_letters_total"),
+        letters.len() as f64,
+        "the counters add up to the dead-letter topic"
     );
     app.stop();
 }

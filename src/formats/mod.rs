@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use self::avro::AvroSchema;
 use self::registry::{Backoff, RECORD_RETRY, RegistryClient, SETUP_RETRY, subject};
+use crate::telemetry::DeadLetterReason;
 use crate::topology::Topology;
 use crate::topology::model::{Format, KeyFormat};
 
@@ -40,6 +41,20 @@ pub struct CodecError {
     pub external: bool,
     pub reason: String,
     pub attempts: u32,
+    /// What could not be read.
+    pub what: Unreadable,
+}
+
+/// The part of a record that could not be read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unreadable {
+    /// The value's bytes.
+    #[default]
+    Value,
+    /// The key's bytes.
+    Key,
+    /// There is no value at all (a tombstone).
+    NoValue,
 }
 
 impl CodecError {
@@ -48,6 +63,7 @@ impl CodecError {
             external: false,
             reason: reason.into(),
             attempts: 1,
+            what: Unreadable::Value,
         }
     }
 
@@ -56,12 +72,31 @@ impl CodecError {
             external: true,
             reason: reason.into(),
             attempts,
+            what: Unreadable::Value,
+        }
+    }
+
+    /// A record without a value (a tombstone) where a value is needed.
+    pub fn no_value() -> CodecError {
+        CodecError {
+            what: Unreadable::NoValue,
+            ..CodecError::record("record has no value (a tombstone)")
         }
     }
 
     /// The dead-letter class: `record` or `external`.
     pub fn class(&self) -> &'static str {
-        if self.external { "external" } else { "record" }
+        self.dead_letter_reason().class()
+    }
+
+    /// The reason code its dead letter carries.
+    pub fn dead_letter_reason(&self) -> DeadLetterReason {
+        match (self.external, self.what) {
+            (true, _) => DeadLetterReason::ExternalFailure,
+            (false, Unreadable::Value) => DeadLetterReason::UndecodableValue,
+            (false, Unreadable::Key) => DeadLetterReason::UndecodableKey,
+            (false, Unreadable::NoValue) => DeadLetterReason::MissingValue,
+        }
     }
 }
 
@@ -259,6 +294,7 @@ impl Codecs {
                 };
                 let value = self.decode_avro(key, None, retry).map_err(|e| CodecError {
                     reason: format!("key: {}", e.reason),
+                    what: Unreadable::Key,
                     ..e
                 })?;
                 Ok(match value {

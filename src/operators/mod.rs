@@ -84,6 +84,57 @@ impl NodeKind {
         }
     }
 
+    /// The counters an operator of this kind moves, besides records in and
+    /// out (every node's) and what the runtime counts for `key_by` nodes.
+    /// `streamfold run` exports exactly these for the node, from startup.
+    pub fn counters(&self) -> &'static [NodeCounter] {
+        use NodeCounter::*;
+        match self {
+            NodeKind::Fold(_) => &[
+                FoldEligible,
+                FoldFolded,
+                FoldClosedQuiet,
+                FoldClosedMaxWait,
+                FoldClosedMaxEvents,
+                FoldClosedMaxBytes,
+            ],
+            NodeKind::Dedup(_) => &[Dropped, DedupDuplicates, DedupRedeliveries, DedupExpired],
+            NodeKind::Ordered(_) => &[Dropped, OrderedStale],
+            NodeKind::Projection(_) => &[
+                Dropped,
+                ProjectionDuplicates,
+                ProjectionRefolds,
+                ProjectionUnknown,
+            ],
+            NodeKind::Rollup(_) => &[
+                Dropped,
+                RollupDuplicates,
+                RollupLate,
+                RollupRollups,
+                RollupUnknownReads,
+            ],
+            NodeKind::Filter(_) => &[Dropped, FilterRejected],
+            NodeKind::Map(_) => &[Dropped, MapEmpty],
+            // Records on a route nobody reads (or on an unread default
+            // output) are dropped.
+            NodeKind::Route(_) => &[Dropped, RouteUnmatched],
+        }
+    }
+
+    /// The per-task levels an operator of this kind tracks.
+    pub fn gauges(&self) -> &'static [NodeGauge] {
+        match self {
+            NodeKind::Fold(_) => &[NodeGauge::FoldsOpen],
+            NodeKind::Rollup(_) => &[NodeGauge::RollupQueued],
+            NodeKind::Dedup(_)
+            | NodeKind::Ordered(_)
+            | NodeKind::Projection(_)
+            | NodeKind::Filter(_)
+            | NodeKind::Map(_)
+            | NodeKind::Route(_) => &[],
+        }
+    }
+
     /// The static description of the operator (stores, outputs, checks).
     pub fn spec(&self) -> &dyn OperatorSpec {
         match self {

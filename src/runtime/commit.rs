@@ -976,9 +976,13 @@ impl CommitCycle {
         );
         metrics::counter!(crate::telemetry::RECORDS_TOO_LARGE, "topology" => self.app.clone(), "store" => store.clone())
             .increment(1);
-        metrics::counter!(crate::telemetry::DEAD_LETTERS, "topology" => self.app.clone(), "node" => store.clone())
-            .increment(1);
-        let mut letter = super::task::dead_letter(None, store, "record", &reason, 1);
+        let mut letter = super::task::dead_letter(
+            None,
+            store,
+            crate::telemetry::DeadLetterReason::TooLarge,
+            &reason,
+            1,
+        );
         letter.key = Some(entry.key.to_vec());
         letter.payload = entry.value.take().map(Vec::from);
         self.txn.send_dead_letter(&self.dead_letter_topic, &letter)
@@ -1066,6 +1070,11 @@ impl CommitCycle {
             item.task.committed(entries, &meta)?;
             for (store, key) in dropped {
                 item.task.state().forget(store, &key);
+                // Counted once its transaction committed, like the task's
+                // own dead letters.
+                let code = crate::telemetry::DeadLetterReason::TooLarge.code();
+                metrics::counter!(crate::telemetry::DEAD_LETTERS, "topology" => self.app.clone(), "node" => self.stores[store].clone(), "reason" => code)
+                    .increment(1);
             }
             item.cursor.committed = item.cursor.positions.clone();
         }

@@ -39,12 +39,12 @@ use super::commit::{
 use super::config::{self, RunOptions};
 use super::partitioner::partition_for;
 use super::restore::Restorer;
-use super::task::{Output, Routing, Task, Upstream};
+use super::task::{DeadLetterAt, Output, Routing, Task, Upstream};
 use super::{RuntimeError, admin};
 use crate::formats::{CodecError, Codecs, json};
 use crate::record::{Origin, Record};
 use crate::state::rocks::RocksBackend;
-use crate::telemetry::{self, NodeCounter, NodeGauge, NodeStats};
+use crate::telemetry::{self, DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::Topology;
 use crate::topology::model::{Guarantee, KeyFormat, OffsetReset};
 
@@ -73,6 +73,7 @@ pub fn run(
 ) -> Result<(), RuntimeError> {
     let topology = config::with_producer_overrides(topology, &options);
     let layout = admin::prepare(&topology, &config::admin_config(&topology, &options))?;
+    telemetry::metrics::register_partitions(&topology, layout.partitions);
     tracing::info!(
         topology = %topology.name,
         instance = %options.instance_id,
@@ -493,6 +494,10 @@ impl Engine {
             .meta(CHANGELOG_OFFSETS)?
             .and_then(|b| ChangelogOffsets::decode(&b))
             .unwrap_or_default();
+        let published = state_task
+            .committed_stats()
+            .map(|(_, s)| s.clone())
+            .collect();
         let slot = Slot {
             task: state_task,
             running: false,
@@ -503,7 +508,7 @@ impl Engine {
                 changelog_offsets,
             },
             missed: vec![None; self.inputs.len()],
-            published: vec![NodeStats::default(); self.topology.nodes.len()],
+            published,
         };
         self.tasks.insert(task, slot);
         self.next_offsets_fetch = Instant::now();
@@ -707,7 +712,7 @@ impl Engine {
         }
         for task in tasks {
             if let Some(mut slot) = self.tasks.remove(task) {
-                publish_task_metrics(&self.topology.name, *task, &mut slot, true);
+                publish_task_metrics(&self.topology, *task, &mut slot, true);
                 tracing::info!(task, "Task closed.");
             }
             if let Err(e) = self.restorer.remove(*task) {
@@ -766,11 +771,7 @@ impl Engine {
                     let decoded = key.and_then(|key| {
                         let value = match message.payload() {
                             Some(payload) => self.codecs.decode(source, payload)?,
-                            None => {
-                                return Err(CodecError::record(
-                                    "record has no value (a tombstone)",
-                                ));
-                            }
+                            None => return Err(CodecError::no_value()),
                         };
                         Ok(Record {
                             key,
@@ -821,13 +822,14 @@ impl Engine {
                             &mut outputs,
                         )
                     }
-                    _ => {
-                        tracing::error!(
-                            topic = message.topic(),
-                            partition,
-                            offset = message.offset(),
-                            "Skipping an undecodable record on a repartition topic."
-                        );
+                    // Not written by streamfold, or damaged.
+                    unreadable => {
+                        let reason = match unreadable {
+                            Some(Err(reason)) => reason,
+                            _ => CodecError::no_value().reason,
+                        };
+                        slot.task
+                            .unreadable_repartitioned(*node, &origin, &reason, &mut outputs);
                         Ok(())
                     }
                 }
@@ -840,15 +842,16 @@ impl Engine {
         slot.cursor.positions[input] = Some(message.offset() + 1);
         self.consumed_unreported += 1;
         self.consumed_uncommitted += 1;
-        let produced = self.produce(&mut outputs, Some(&origin));
+        let produced = self.produce(partition, &mut outputs, Some(&origin));
         self.outputs = outputs;
         produced
     }
 
-    /// Sends what tasks emitted: sink records, repartition records and dead
-    /// letters, inside the open transaction.
+    /// Sends what task `task` emitted: sink records, repartition records
+    /// and dead letters, inside the open transaction.
     fn produce(
         &mut self,
+        task: i32,
         outputs: &mut Vec<Output>,
         origin: Option<&Origin<'_>>,
     ) -> Result<(), RuntimeError> {
@@ -873,10 +876,12 @@ impl Engine {
                     let (key, payload) = match encoded {
                         Ok(encoded) => encoded,
                         Err(reason) => {
-                            metrics::counter!(telemetry::DEAD_LETTERS, "topology" => self.topology.name.clone(), "node" => name.clone())
-                                .increment(1);
+                            let code = DeadLetterReason::Unencodable;
+                            if let Some(slot) = self.tasks.get_mut(&task) {
+                                slot.task.count_dead_letter(DeadLetterAt::Sink(sink), code);
+                            }
                             let letter =
-                                super::task::sink_dead_letter(origin, name, &reason, &record);
+                                super::task::sink_dead_letter(origin, name, code, &reason, &record);
                             self.send_dead_letter(&letter)?;
                             continue;
                         }
@@ -893,7 +898,8 @@ impl Engine {
                     if let Err(too_large) = self.cycle.txn.check_size(&produce) {
                         let name = name.clone();
                         let reason = too_large.reason(&format!("the record of sink `{name}`"));
-                        self.too_large(origin, &name, &reason, &record)?;
+                        let at = (task, DeadLetterAt::Sink(sink));
+                        self.too_large(origin, at, &name, &reason, &record)?;
                         continue;
                     }
                     self.cycle.txn.send(produce).map_err(RuntimeError::Commit)?;
@@ -931,7 +937,8 @@ impl Engine {
                     if let Err(too_large) = self.cycle.txn.check_size(&produce) {
                         let name = self.topology.nodes[node].name.clone();
                         let reason = too_large.reason(&format!("the record for node `{name}`"));
-                        self.too_large(origin, &name, &reason, &record)?;
+                        let at = (task, DeadLetterAt::Node(node));
+                        self.too_large(origin, at, &name, &reason, &record)?;
                         continue;
                     }
                     self.cycle.txn.send(produce).map_err(RuntimeError::Commit)?;
@@ -949,22 +956,26 @@ impl Engine {
             .map_err(RuntimeError::Commit)
     }
 
-    /// `record`, for sink or node `name`, is too large for its topic: it
-    /// becomes a dead letter (its value as JSON) instead of failing the
-    /// transaction, and the process goes on (issue 8, scenario 6).
+    /// `record`, for sink or node `name` of task `at.0`, is too large for
+    /// its topic: it becomes a dead letter (its value as JSON) instead of
+    /// failing the transaction, and the process goes on (issue 8, scenario
+    /// 6). Counted with the task's other dead letters, at commit.
     fn too_large(
         &mut self,
         origin: Option<&Origin<'_>>,
+        at: (i32, DeadLetterAt),
         name: &str,
         reason: &str,
         record: &Record,
     ) -> Result<(), RuntimeError> {
         tracing::debug!(node = %name, %reason, "A record is too large for its topic; sending it to the dead-letter topic.");
-        for metric in [telemetry::DEAD_LETTERS, telemetry::RECORDS_TOO_LARGE] {
-            metrics::counter!(metric, "topology" => self.topology.name.clone(), "node" => name.to_string())
-                .increment(1);
+        metrics::counter!(telemetry::RECORDS_TOO_LARGE, "topology" => self.topology.name.clone(), "node" => name.to_string())
+            .increment(1);
+        let code = DeadLetterReason::TooLarge;
+        if let Some(slot) = self.tasks.get_mut(&at.0) {
+            slot.task.count_dead_letter(at.1, code);
         }
-        let letter = super::task::sink_dead_letter(origin, name, reason, record);
+        let letter = super::task::sink_dead_letter(origin, name, code, reason, record);
         self.send_dead_letter(&letter)
     }
 
@@ -1003,7 +1014,7 @@ impl Engine {
             // A restoring task has no state to report yet: its gauges
             // appear once it runs, never as a misleading 0.
             for (&task, slot) in self.tasks.iter_mut().filter(|(_, s)| s.running) {
-                publish_task_metrics(&self.topology.name, task, slot, false);
+                publish_task_metrics(&self.topology, task, slot, false);
             }
         }
         Ok(())
@@ -1058,7 +1069,7 @@ impl Engine {
                 if fired || dirty {
                     self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
                 }
-                self.produce(&mut outputs, None)?;
+                self.produce(task, &mut outputs, None)?;
                 if fired {
                     self.cycle
                         .txn
@@ -1142,7 +1153,7 @@ impl Engine {
         let tasks: Vec<i32> = self.tasks.keys().copied().collect();
         for task in tasks {
             if let Some(mut slot) = self.tasks.remove(&task) {
-                publish_task_metrics(&self.topology.name, task, &mut slot, true);
+                publish_task_metrics(&self.topology, task, &mut slot, true);
             }
             let _ = self.restorer.remove(task);
         }
@@ -1151,26 +1162,36 @@ impl Engine {
     }
 }
 
-/// Publishes a task's counter deltas since the last call; `closing` zeroes
-/// its gauges.
-fn publish_task_metrics(app: &str, task: i32, slot: &mut Slot, closing: bool) {
+/// Publishes a task's counter deltas since the last call (as of its last
+/// commit); `closing` zeroes its gauges.
+fn publish_task_metrics(topology: &Topology, task: i32, slot: &mut Slot, closing: bool) {
+    let app = topology.name.as_str();
     let partition = task.to_string();
-    for (index, (node, stats)) in slot.task.committed_stats().enumerate() {
+    for (index, (name, stats)) in slot.task.committed_stats().enumerate() {
         let before = &slot.published[index];
-        for counter in NodeCounter::ALL {
+        for &counter in NodeCounter::ALL {
             let delta = stats.get(counter) - before.get(counter);
             if delta > 0 {
-                metrics::counter!(counter.metric(), "topology" => app.to_string(), "node" => node.to_string())
-                    .increment(delta);
+                telemetry::node_counter(app, name, counter).increment(delta);
             }
         }
-        for gauge in NodeGauge::ALL {
+        for &reason in DeadLetterReason::ALL {
+            let delta = stats.dead_letters(reason) - before.dead_letters(reason);
+            if delta > 0 {
+                telemetry::dead_letter_counter(app, name, reason).increment(delta);
+            }
+        }
+        // Stats of sources and sinks follow the nodes'.
+        let Some(node) = topology.nodes.get(index) else {
+            continue;
+        };
+        for &gauge in node.kind.gauges() {
             let value = if closing { 0 } else { stats.gauge(gauge) };
-            metrics::gauge!(gauge.metric(), "topology" => app.to_string(), "node" => node.to_string(), "partition" => partition.clone())
+            metrics::gauge!(gauge.metric(), "topology" => app.to_string(), "node" => name.to_string(), "partition" => partition.clone())
                 .set(value as f64);
         }
         if let Some(ratio) = stats.folding_ratio() {
-            metrics::gauge!(telemetry::FOLD_RATIO, "topology" => app.to_string(), "node" => node.to_string(), "partition" => partition.clone())
+            metrics::gauge!(telemetry::FOLD_RATIO, "topology" => app.to_string(), "node" => name.to_string(), "partition" => partition.clone())
                 .set(ratio);
         }
     }

@@ -20,7 +20,7 @@ use crate::record::{Origin, Record, Timestamp};
 use crate::runtime::partitioner::partition_for;
 use crate::state::timers::{Clock, TimerState};
 use crate::state::{JsonState, StateBackend, StateError, StateSet, StoreHandle};
-use crate::telemetry::{NodeCounter, NodeStats};
+use crate::telemetry::{DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::{Target, Topology};
 
 /// Dead-letter header names. Values are UTF-8 text.
@@ -30,6 +30,9 @@ pub mod dlq_headers {
     pub const OFFSET: &str = "streamfold.dlq.offset";
     pub const NODE: &str = "streamfold.dlq.node";
     pub const CLASS: &str = "streamfold.dlq.class";
+    /// A [`DeadLetterReason`](crate::telemetry::DeadLetterReason) code, the
+    /// `reason` label of the dead-letter counter.
+    pub const REASON_CODE: &str = "streamfold.dlq.reason_code";
     pub const REASON: &str = "streamfold.dlq.reason";
     pub const ATTEMPTS: &str = "streamfold.dlq.attempts";
     /// The payload was cut to fit the dead-letter topic; its original
@@ -37,7 +40,15 @@ pub mod dlq_headers {
     pub const TRUNCATED: &str = crate::runtime::limits::TRUNCATED_HEADER;
     /// All of them, to strip before a replay.
     pub const ALL: &[&str] = &[
-        TOPIC, PARTITION, OFFSET, NODE, CLASS, REASON, ATTEMPTS, TRUNCATED,
+        TOPIC,
+        PARTITION,
+        OFFSET,
+        NODE,
+        CLASS,
+        REASON_CODE,
+        REASON,
+        ATTEMPTS,
+        TRUNCATED,
     ];
 }
 
@@ -123,6 +134,15 @@ pub enum Routing {
     Partitioned { partition: i32, partitions: i32 },
 }
 
+/// Where a dead letter made outside the task is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadLetterAt {
+    /// The `n`-th sink.
+    Sink(usize),
+    /// The `n`-th node.
+    Node(usize),
+}
+
 /// Where a repartition record came from: the source partition (as
 /// `topic/partition`), its offset, and its index among the records that
 /// offset produced for the node.
@@ -146,6 +166,10 @@ pub struct Task {
     topology: Arc<Topology>,
     state: StateSet,
     nodes: Vec<NodeRuntime>,
+    /// What sources and sinks counted: the dead letters of records a source
+    /// could not read and of values a sink could not write.
+    sources: Vec<NodeStats>,
+    sinks: Vec<NodeStats>,
     clocks: Clocks,
     routing: Routing,
     /// Wall-clock time of the last record, and the event time then: while
@@ -162,6 +186,7 @@ pub struct Task {
 struct Snapshot {
     event_time: Timestamp,
     last_record: Option<(Timestamp, Timestamp)>,
+    /// Nodes', then sources', then sinks' counters.
     stats: Vec<NodeStats>,
 }
 
@@ -197,14 +222,18 @@ impl Task {
                 stats: NodeStats::default(),
             });
         }
+        let sources = vec![NodeStats::default(); topology.sources.len()];
+        let sinks = vec![NodeStats::default(); topology.sinks.len()];
         let committed = Snapshot {
-            stats: vec![NodeStats::default(); nodes.len()],
+            stats: vec![NodeStats::default(); nodes.len() + sources.len() + sinks.len()],
             ..Snapshot::default()
         };
         Ok(Task {
             topology,
             state,
             nodes,
+            sources,
+            sinks,
             committed,
             clocks: Clocks::default(),
             routing,
@@ -266,8 +295,14 @@ impl Task {
     fn snapshot(&mut self) {
         self.committed.event_time = self.clocks.event;
         self.committed.last_record = self.last_record;
-        for (saved, node) in self.committed.stats.iter_mut().zip(&self.nodes) {
-            saved.clone_from(&node.stats);
+        let current = self
+            .nodes
+            .iter()
+            .map(|n| &n.stats)
+            .chain(&self.sources)
+            .chain(&self.sinks);
+        for (saved, stats) in self.committed.stats.iter_mut().zip(current) {
+            saved.clone_from(stats);
         }
     }
 
@@ -276,23 +311,46 @@ impl Task {
         self.clocks.event = self.clocks.event.max(ts);
     }
 
-    /// Per node: its name and counters.
-    pub fn stats(&self) -> impl Iterator<Item = (&str, &NodeStats)> {
-        self.topology
-            .nodes
-            .iter()
-            .zip(&self.nodes)
-            .map(|(def, node)| (def.name.as_str(), &node.stats))
+    /// The names of nodes, then sources, then sinks: the order of
+    /// [`Task::stats`] and [`Task::committed_stats`].
+    fn counted_names(&self) -> impl Iterator<Item = &str> {
+        let nodes = self.topology.nodes.iter().map(|n| n.name.as_str());
+        let sources = self.topology.sources.iter().map(|s| s.name.as_str());
+        let sinks = self.topology.sinks.iter().map(|s| s.name.as_str());
+        nodes.chain(sources).chain(sinks)
     }
 
-    /// Per node: its name and counters as of the last commit (what the
-    /// runtime publishes: work an abort undoes is never counted).
-    pub fn committed_stats(&self) -> impl Iterator<Item = (&str, &NodeStats)> {
-        self.topology
+    /// Per node, then source, then sink: its name and counters.
+    pub fn stats(&self) -> impl Iterator<Item = (&str, &NodeStats)> {
+        let current = self
             .nodes
             .iter()
-            .zip(&self.committed.stats)
-            .map(|(def, stats)| (def.name.as_str(), stats))
+            .map(|n| &n.stats)
+            .chain(&self.sources)
+            .chain(&self.sinks);
+        self.counted_names().zip(current)
+    }
+
+    /// Per node, then source, then sink: its name and counters as of the
+    /// last commit (what the runtime publishes: work an abort undoes is
+    /// never counted).
+    pub fn committed_stats(&self) -> impl Iterator<Item = (&str, &NodeStats)> {
+        self.counted_names().zip(&self.committed.stats)
+    }
+
+    /// Counts a dead letter made outside the task: a sink's value (or key)
+    /// the runtime could not write ([`sink_dead_letter`]), a record too
+    /// large for its topic. The runtime encodes and sizes records after the
+    /// task emitted them, so it reports these here, to be counted as of
+    /// commits like the rest.
+    pub fn count_dead_letter(&mut self, at: DeadLetterAt, reason: DeadLetterReason) {
+        let stats = match at {
+            DeadLetterAt::Sink(sink) => self.sinks.get_mut(sink),
+            DeadLetterAt::Node(node) => self.nodes.get_mut(node).map(|n| &mut n.stats),
+        };
+        if let Some(stats) = stats {
+            stats.dead_letter(reason);
+        }
     }
 
     /// The transaction carrying `entries` committed: apply them to the
@@ -321,8 +379,14 @@ impl Task {
         }
         self.clocks.event = self.committed.event_time;
         self.last_record = self.committed.last_record;
-        for (node, saved) in self.nodes.iter_mut().zip(&self.committed.stats) {
-            node.stats.clone_from(saved);
+        let current = self
+            .nodes
+            .iter_mut()
+            .map(|n| &mut n.stats)
+            .chain(&mut self.sources)
+            .chain(&mut self.sinks);
+        for (stats, saved) in current.zip(&self.committed.stats) {
+            stats.clone_from(saved);
         }
     }
 
@@ -340,10 +404,12 @@ impl Task {
         let mut record = match decoded {
             Ok(record) => record,
             Err(error) => {
+                let reason = error.dead_letter_reason();
+                self.sources[source].dead_letter(reason);
                 let letter = dead_letter(
                     Some(origin),
                     &def.name,
-                    error.class(),
+                    reason,
                     &error.reason,
                     error.attempts,
                 );
@@ -358,10 +424,11 @@ impl Task {
                     let reason = format!(
                         "timestamp field {pointer} is missing or is neither epoch milliseconds nor an RFC 3339 time"
                     );
+                    self.sources[source].dead_letter(DeadLetterReason::BadTimestamp);
                     out.push(Output::DeadLetter(dead_letter(
                         Some(origin),
                         &def.name,
-                        "record",
+                        DeadLetterReason::BadTimestamp,
                         &reason,
                         1,
                     )));
@@ -412,6 +479,29 @@ impl Task {
         self.run_node(&topology, node, input, record, Some(origin), out)?;
         self.fire_timers(Clock::Event, out, TIMERS_PER_RECORD)?;
         Ok(())
+    }
+
+    /// A record on node `node`'s repartition topic that cannot be read
+    /// back (not written by streamfold, or damaged): it goes to the
+    /// dead-letter topic as read, counted on the node.
+    pub fn unreadable_repartitioned(
+        &mut self,
+        node: usize,
+        origin: &Origin<'_>,
+        reason: &str,
+        out: &mut Vec<Output>,
+    ) {
+        let name = &self.topology.nodes[node].name;
+        self.nodes[node]
+            .stats
+            .dead_letter(DeadLetterReason::UndecodableValue);
+        out.push(Output::DeadLetter(dead_letter(
+            Some(origin),
+            name,
+            DeadLetterReason::UndecodableValue,
+            reason,
+            1,
+        )));
     }
 
     /// The wall-clock tick: fires processing-time timers and, when the task
@@ -520,10 +610,11 @@ impl Task {
                     match pointer.get(&record.value).filter(|v| !v.is_null()) {
                         Some(key) => record.key = Some(key_bytes(key)),
                         None => {
-                            self.nodes[node].stats.add(NodeCounter::DeadLetters, 1);
+                            let code = DeadLetterReason::MissingKeyField;
+                            self.nodes[node].stats.dead_letter(code);
                             let reason = format!("key field {pointer} is missing or null");
                             out.push(Output::DeadLetter(dead_letter(
-                                origin, &def.name, "record", &reason, 1,
+                                origin, &def.name, code, &reason, 1,
                             )));
                             return Ok(());
                         }
@@ -598,21 +689,30 @@ impl Task {
                 });
             }
             Err(error) => {
-                self.nodes[index].stats.add(NodeCounter::DeadLetters, 1);
+                let code = match error {
+                    OpError::External(_) => DeadLetterReason::ExternalFailure,
+                    _ => DeadLetterReason::Rejected,
+                };
+                self.nodes[index].stats.dead_letter(code);
                 out.push(Output::DeadLetter(dead_letter(
                     origin,
                     &def.name,
-                    error.class(),
+                    code,
                     &error.to_string(),
                     1,
                 )));
             }
         }
-        self.nodes[index]
-            .stats
-            .add(NodeCounter::RecordsOut, emitted.len() as u64);
         for Emit { output, record } in emitted {
-            self.deliver(topology, &def.targets[output], record, origin, out)?;
+            let targets = &def.targets[output];
+            // A route output nobody reads (`check` warns) ends here.
+            let counter = if targets.is_empty() {
+                NodeCounter::Dropped
+            } else {
+                NodeCounter::RecordsOut
+            };
+            self.nodes[index].stats.add(counter, 1);
+            self.deliver(topology, targets, record, origin, out)?;
         }
         Ok(())
     }
@@ -627,11 +727,12 @@ pub fn key_bytes(value: &Value) -> Box<[u8]> {
     }
 }
 
-/// A dead letter for the record at `origin` (if any), rejected by `node`.
+/// A dead letter for the record at `origin` (if any), rejected by `node`
+/// (a source, node or sink name) for `code`, with `reason` in words.
 pub fn dead_letter(
     origin: Option<&Origin<'_>>,
     node: &str,
-    class: &str,
+    code: DeadLetterReason,
     reason: &str,
     attempts: u32,
 ) -> DeadLetter {
@@ -650,7 +751,11 @@ pub fn dead_letter(
         ));
     }
     headers.push((dlq_headers::NODE.into(), node.as_bytes().to_vec()));
-    headers.push((dlq_headers::CLASS.into(), class.as_bytes().to_vec()));
+    headers.push((dlq_headers::CLASS.into(), code.class().as_bytes().to_vec()));
+    headers.push((
+        dlq_headers::REASON_CODE.into(),
+        code.code().as_bytes().to_vec(),
+    ));
     headers.push((dlq_headers::REASON.into(), reason.as_bytes().to_vec()));
     headers.push((
         dlq_headers::ATTEMPTS.into(),
@@ -667,14 +772,15 @@ pub fn dead_letter(
 /// A dead letter for a value that a sink could not write (it does not fit
 /// the sink's schema): the letter carries that value as JSON and its key,
 /// so nothing is lost, with the origin of the input being processed, if
-/// any, as context.
+/// any, as context. Count it with [`Task::count_dead_letter`].
 pub fn sink_dead_letter(
     origin: Option<&Origin<'_>>,
     sink: &str,
+    code: DeadLetterReason,
     reason: &str,
     record: &Record,
 ) -> DeadLetter {
-    let mut letter = dead_letter(origin, sink, "record", reason, 1);
+    let mut letter = dead_letter(origin, sink, code, reason, 1);
     letter.key = record.key.as_deref().map(<[u8]>::to_vec);
     letter.payload = Some(crate::formats::json::encode(&record.value));
     letter

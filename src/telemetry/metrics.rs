@@ -1,8 +1,22 @@
-//! The Prometheus exporter behind `--metrics-addr`.
+//! The Prometheus exporter behind `--metrics-addr`, and the series that
+//! exist from startup.
+//!
+//! A counter that appears only once it moves cannot be told from a process
+//! that is not running (or a node that does not exist), and a rate over it
+//! misses its first increase. So `run` registers, before any partition is
+//! assigned, every counter at 0 for every label set the topology can give
+//! it ([`register_topology`], then [`register_partitions`] once the
+//! partition count is known). Per-task gauges are the exception: they
+//! appear when their task runs, because a restoring task's 0 would be a
+//! lie.
 
 use std::net::SocketAddr;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+
+use super::{DeadLetterReason, NodeCounter};
+use crate::topology::Topology;
+use crate::topology::model::{Format, KeyFormat};
 
 /// Commit latencies worth telling apart, in seconds.
 const COMMIT_BUCKETS: &[f64] = &[
@@ -20,4 +34,236 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .install()
         .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
+}
+
+/// One counter of a source, node or sink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Counted {
+    /// A node counter (`streamfold_node_records_in_total`, ...).
+    Node(NodeCounter),
+    /// `streamfold_node_dead_letters_total` for a reason.
+    DeadLetters(DeadLetterReason),
+}
+
+/// Every counter `topology` can move, with the source, node or sink it is
+/// labelled with: records in and out of every node and the counters of its
+/// kind, and each dead-letter reason where it can happen.
+pub fn counters_of(topology: &Topology) -> Vec<(&str, Counted)> {
+    use Counted::{DeadLetters, Node};
+    let mut out = Vec::new();
+    for node in &topology.nodes {
+        let name = node.name.as_str();
+        out.push((name, Node(NodeCounter::RecordsIn)));
+        out.push((name, Node(NodeCounter::RecordsOut)));
+        out.extend(node.kind.counters().iter().map(|&c| (name, Node(c))));
+        // Any operator may reject a record; none reports external
+        // failures yet (when one does, its counter appears on first use).
+        out.push((name, DeadLetters(DeadLetterReason::Rejected)));
+        if node.common.key_by.is_some() {
+            out.push((name, DeadLetters(DeadLetterReason::MissingKeyField)));
+        }
+        if node.repartition_topic.is_some() {
+            out.push((name, Node(NodeCounter::RepartitionDuplicates)));
+            out.push((name, DeadLetters(DeadLetterReason::UndecodableValue)));
+            out.push((name, DeadLetters(DeadLetterReason::TooLarge)));
+        }
+    }
+    for source in &topology.sources {
+        let name = source.name.as_str();
+        let config = &source.config;
+        let avro_key = config.key_format == KeyFormat::Avro;
+        let mut reasons = vec![
+            DeadLetterReason::UndecodableValue,
+            DeadLetterReason::MissingValue,
+        ];
+        // Other key formats pass the bytes through.
+        if avro_key {
+            reasons.push(DeadLetterReason::UndecodableKey);
+        }
+        if config.timestamp.is_some() {
+            reasons.push(DeadLetterReason::BadTimestamp);
+        }
+        // Only Avro asks the outside world (the schema registry).
+        if avro_key || config.format == Format::Avro {
+            reasons.push(DeadLetterReason::ExternalFailure);
+        }
+        out.extend(reasons.into_iter().map(|r| (name, DeadLetters(r))));
+    }
+    for sink in &topology.sinks {
+        out.push((sink.name.as_str(), DeadLetters(DeadLetterReason::TooLarge)));
+        // JSON values and text keys always encode; Avro ones must fit the
+        // schema.
+        if sink.config.format == Format::Avro || sink.config.key_format == KeyFormat::Avro {
+            out.push((
+                sink.name.as_str(),
+                DeadLetters(DeadLetterReason::Unencodable),
+            ));
+        }
+    }
+    // A state value too large for its changelog is dropped to the
+    // dead-letter topic under its store's name.
+    for store in topology.stores() {
+        out.push((store.name.as_str(), DeadLetters(DeadLetterReason::TooLarge)));
+    }
+    out
+}
+
+/// Registers at 0 every counter of `topology` ([`counters_of`]) and the
+/// instance's runtime counters, histograms and the running-tasks gauge.
+/// Call it once the topology is compiled; metric calls without an
+/// installed exporter do nothing.
+pub fn register_topology(topology: &Topology) {
+    let app = topology.name.as_str();
+    for (name, counted) in counters_of(topology) {
+        match counted {
+            Counted::Node(counter) => super::node_counter(app, name, counter).increment(0),
+            Counted::DeadLetters(reason) => {
+                super::dead_letter_counter(app, name, reason).increment(0);
+            }
+        }
+    }
+    ::metrics::counter!(super::TRANSACTIONS_COMMITTED).increment(0);
+    ::metrics::counter!(super::TRANSACTIONS_ABORTED).increment(0);
+    // Registered, a histogram shows a count and sum of 0.
+    let _ = ::metrics::histogram!(super::COMMIT_DURATION);
+    let _ = ::metrics::histogram!(super::ABORT_DURATION);
+    ::metrics::counter!(super::RECORDS_CONSUMED, "topology" => app.to_string()).increment(0);
+    ::metrics::counter!(super::RECORDS_COMMITTED, "topology" => app.to_string()).increment(0);
+    // An instance-level level: no task runs yet. (The number of missing
+    // source topics is set once it is known, by the wait for them.)
+    ::metrics::gauge!(super::TASKS_RUNNING, "topology" => app.to_string()).set(0.0);
+}
+
+/// Registers at 0 the per-partition restore counters of every task the
+/// topology can have (partitions `0..partitions` of its sources).
+pub fn register_partitions(topology: &Topology, partitions: i32) {
+    for partition in 0..partitions {
+        for name in [
+            super::RESTORE_RECORDS,
+            super::RESTORE_SKIPPED,
+            super::RESTORE_UNVERIFIED,
+        ] {
+            ::metrics::counter!(name, "topology" => topology.name.clone(), "partition" => partition.to_string())
+                .increment(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOPOLOGY: &str = "
+name: shop
+kafka: { bootstrap_servers: 'unused:9092' }
+sources:
+  orders: { topic: orders, timestamp: /at }
+nodes:
+  only_paid:
+    type: filter
+    input: orders
+    condition: '.paid'
+  per_customer:
+    type: fold
+    input: only_paid
+    key_by: /customer
+    fields: { n: { rule: count } }
+    quiet_for: 1m
+sinks:
+  out: { topic: out, input: per_customer }
+";
+
+    fn counted(name: &str) -> Vec<Counted> {
+        let topology = crate::topology::load_str("shop.yaml", TOPOLOGY, &|_| None).unwrap();
+        let mut found: Vec<Counted> = counters_of(&topology)
+            .into_iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, c)| c)
+            .collect();
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn each_location_carries_the_counters_of_its_kind() {
+        use Counted::{DeadLetters, Node};
+        assert_eq!(
+            counted("only_paid"),
+            vec![
+                Node(NodeCounter::RecordsIn),
+                Node(NodeCounter::RecordsOut),
+                Node(NodeCounter::Dropped),
+                Node(NodeCounter::FilterRejected),
+                DeadLetters(DeadLetterReason::Rejected),
+            ]
+        );
+        let fold = counted("per_customer");
+        assert!(fold.contains(&Node(NodeCounter::FoldEligible)));
+        assert!(fold.contains(&Node(NodeCounter::RepartitionDuplicates)));
+        assert!(fold.contains(&DeadLetters(DeadLetterReason::MissingKeyField)));
+        assert!(
+            !fold.contains(&Node(NodeCounter::Dropped)),
+            "a fold drops nothing"
+        );
+        assert!(!fold.contains(&Node(NodeCounter::FilterRejected)));
+        // A JSON source with a timestamp field; JSON keys pass through.
+        assert_eq!(
+            counted("orders"),
+            vec![
+                DeadLetters(DeadLetterReason::UndecodableValue),
+                DeadLetters(DeadLetterReason::MissingValue),
+                DeadLetters(DeadLetterReason::BadTimestamp),
+            ]
+        );
+        // A JSON sink cannot fail to encode; any record may be too large.
+        assert_eq!(
+            counted("out"),
+            vec![DeadLetters(DeadLetterReason::TooLarge)]
+        );
+        assert!(fold.contains(&DeadLetters(DeadLetterReason::TooLarge)));
+        assert_eq!(
+            counted("per_customer-open"),
+            vec![DeadLetters(DeadLetterReason::TooLarge)],
+            "a state value too large for its changelog"
+        );
+    }
+
+    /// Every counter an operator can move is exported for some node kind,
+    /// so none stays invisible until it moves. The examples hold every
+    /// kind.
+    #[test]
+    fn every_node_counter_belongs_to_some_node() {
+        let examples = [
+            (
+                "social-metrics.yaml",
+                include_str!("../../topologies/social-metrics.yaml"),
+            ),
+            (
+                "question-feed.yaml",
+                include_str!("../../topologies/question-feed.yaml"),
+            ),
+            (
+                "distributed-counter.yaml",
+                include_str!("../../topologies/distributed-counter.yaml"),
+            ),
+            (
+                "partitioned-processing.yaml",
+                include_str!("../../topologies/partitioned-processing.yaml"),
+            ),
+        ];
+        let mut types = std::collections::BTreeSet::new();
+        let mut exported = std::collections::BTreeSet::new();
+        for (file, text) in examples {
+            let topology = crate::topology::load_str(file, text, &|_| None).unwrap();
+            types.extend(topology.nodes.iter().map(|n| n.kind.type_name()));
+            exported.extend(counters_of(&topology).into_iter().map(|(_, c)| c));
+        }
+        assert_eq!(types.len(), crate::operators::NodeKind::TYPES.len());
+        for &counter in NodeCounter::ALL {
+            assert!(
+                exported.contains(&Counted::Node(counter)),
+                "{counter:?} is exported for no node"
+            );
+        }
+    }
 }

@@ -2,10 +2,14 @@
 //!
 //! Operators never talk to the metrics registry: they bump plain array
 //! slots in [`NodeStats`] (no locking, no label lookup per record) and the
-//! runtime publishes the deltas once per commit. Names follow
+//! runtime publishes the deltas of committed work. Names follow
 //! `streamfold_<subsystem>_<name>_<unit>`; labels are limited to
-//! `topology`, `node`, `store` and `partition`, so cardinality stays
-//! bounded (never a record key as a label).
+//! `topology`, `node`, `store`, `partition` and the dead-letter `reason`
+//! code, so cardinality stays bounded (never a record key as a label).
+//!
+//! Every counter exists from startup, at 0, for every label set it can
+//! carry ([`metrics::register_topology`]): a dashboard tells "nothing
+//! happened" from "not running".
 
 pub mod logging;
 pub mod metrics;
@@ -14,7 +18,11 @@ pub mod metrics;
 pub const NODE_RECORDS_IN: &str = "streamfold_node_records_in_total";
 /// Records a node emitted.
 pub const NODE_RECORDS_OUT: &str = "streamfold_node_records_out_total";
-/// Records sent to the dead-letter topic, by the node that rejected them.
+/// Records sent to the dead-letter topic, labelled with where they were
+/// rejected (`node`: the source, node or sink, as in the letter's
+/// `streamfold.dlq.node` header) and why (`reason`: a
+/// [`DeadLetterReason`] code, as in its `streamfold.dlq.reason_code`
+/// header).
 pub const DEAD_LETTERS: &str = "streamfold_node_dead_letters_total";
 /// Records the engine dropped on purpose (counted, never silent).
 pub const NODE_DROPPED: &str = "streamfold_node_dropped_records_total";
@@ -75,121 +83,126 @@ pub const MAP_EMPTY: &str = "streamfold_map_empty_results_total";
 /// default output).
 pub const ROUTE_UNMATCHED: &str = "streamfold_route_unmatched_records_total";
 
-/// Something an operator counts, one slot per variant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum NodeCounter {
-    RecordsIn,
-    RecordsOut,
-    DeadLetters,
-    Dropped,
-    RepartitionDuplicates,
-    FoldEligible,
-    FoldFolded,
-    FoldClosedQuiet,
-    FoldClosedMaxWait,
-    FoldClosedMaxEvents,
-    FoldClosedMaxBytes,
-    DedupDuplicates,
-    DedupRedeliveries,
-    DedupExpired,
-    OrderedStale,
-    ProjectionDuplicates,
-    ProjectionRefolds,
-    ProjectionUnknown,
-    RollupDuplicates,
-    RollupLate,
-    RollupRollups,
-    RollupUnknownReads,
-    FilterRejected,
-    MapEmpty,
-    RouteUnmatched,
+/// Declares a fieldless enum whose variants index array slots, with `ALL`
+/// (every variant, in order), `COUNT` and the value each variant stands
+/// for: the list is written once, so a new variant cannot be left out of
+/// `ALL` and index past the end of an array.
+macro_rules! slots {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident -> $value:ident {
+            $($(#[$vmeta:meta])* $variant:ident => $text:expr,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[repr(usize)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+            pub const COUNT: usize = Self::ALL.len();
+
+            pub fn $value(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+    };
 }
 
-impl NodeCounter {
-    pub const ALL: [NodeCounter; 25] = [
-        NodeCounter::RecordsIn,
-        NodeCounter::RecordsOut,
-        NodeCounter::DeadLetters,
-        NodeCounter::Dropped,
-        NodeCounter::RepartitionDuplicates,
-        NodeCounter::FoldEligible,
-        NodeCounter::FoldFolded,
-        NodeCounter::FoldClosedQuiet,
-        NodeCounter::FoldClosedMaxWait,
-        NodeCounter::FoldClosedMaxEvents,
-        NodeCounter::FoldClosedMaxBytes,
-        NodeCounter::DedupDuplicates,
-        NodeCounter::DedupRedeliveries,
-        NodeCounter::DedupExpired,
-        NodeCounter::OrderedStale,
-        NodeCounter::ProjectionDuplicates,
-        NodeCounter::ProjectionRefolds,
-        NodeCounter::ProjectionUnknown,
-        NodeCounter::RollupDuplicates,
-        NodeCounter::RollupLate,
-        NodeCounter::RollupRollups,
-        NodeCounter::RollupUnknownReads,
-        NodeCounter::FilterRejected,
-        NodeCounter::MapEmpty,
-        NodeCounter::RouteUnmatched,
-    ];
+slots! {
+    /// Something an operator counts, one slot per variant.
+    pub enum NodeCounter -> metric {
+        RecordsIn => NODE_RECORDS_IN,
+        RecordsOut => NODE_RECORDS_OUT,
+        Dropped => NODE_DROPPED,
+        RepartitionDuplicates => REPARTITION_DUPLICATES,
+        FoldEligible => FOLD_ELIGIBLE,
+        FoldFolded => FOLD_FOLDED,
+        FoldClosedQuiet => FOLD_CLOSED_QUIET,
+        FoldClosedMaxWait => FOLD_CLOSED_MAX_WAIT,
+        FoldClosedMaxEvents => FOLD_CLOSED_MAX_EVENTS,
+        FoldClosedMaxBytes => FOLD_CLOSED_MAX_BYTES,
+        DedupDuplicates => DEDUP_DUPLICATES,
+        DedupRedeliveries => DEDUP_REDELIVERIES,
+        DedupExpired => DEDUP_EXPIRED,
+        OrderedStale => ORDERED_STALE,
+        ProjectionDuplicates => PROJECTION_DUPLICATES,
+        ProjectionRefolds => PROJECTION_REFOLDS,
+        ProjectionUnknown => PROJECTION_UNKNOWN,
+        RollupDuplicates => ROLLUP_DUPLICATES,
+        RollupLate => ROLLUP_LATE,
+        RollupRollups => ROLLUP_ROLLUPS,
+        RollupUnknownReads => ROLLUP_UNKNOWN_READS,
+        FilterRejected => FILTER_REJECTED,
+        MapEmpty => MAP_EMPTY,
+        RouteUnmatched => ROUTE_UNMATCHED,
+    }
+}
 
-    pub fn metric(self) -> &'static str {
+slots! {
+    /// A level an operator tracks (up and down).
+    pub enum NodeGauge -> metric {
+        FoldsOpen => FOLD_OPEN,
+        RollupQueued => ROLLUP_QUEUED,
+    }
+}
+
+slots! {
+    /// Why a record went to the dead-letter topic: a short, bounded code,
+    /// written in the letter's `streamfold.dlq.reason_code` header and
+    /// used as the `reason` label of [`DEAD_LETTERS`] (the free-text
+    /// `streamfold.dlq.reason` header says more).
+    pub enum DeadLetterReason -> code {
+        /// A source could not decode the value's bytes (or a repartition
+        /// record could not be read back).
+        UndecodableValue => "undecodable_value",
+        /// A source could not decode the key's bytes (Avro keys).
+        UndecodableKey => "undecodable_key",
+        /// A source record without a value (a tombstone).
+        MissingValue => "missing_value",
+        /// The source's `timestamp` field is missing or not a time.
+        BadTimestamp => "bad_timestamp",
+        /// A `key_by` field is missing or null.
+        MissingKeyField => "missing_key_field",
+        /// A node rejected the record (a missing field, a wrong type, an
+        /// expression error, a duplicate or stale update when configured).
+        Rejected => "rejected",
+        /// A sink could not write the value (or key): it does not fit the
+        /// sink's schema.
+        Unencodable => "unencodable",
+        /// The outside world (a schema registry) kept failing after the
+        /// configured retries.
+        ExternalFailure => "external_failure",
+        /// Too large for its topic (`message.max.bytes`,
+        /// `max.message.bytes`): a sink or repartition record, or a state
+        /// value for its changelog.
+        TooLarge => "record_too_large",
+    }
+}
+
+impl DeadLetterReason {
+    /// The error class written beside it: `external` for
+    /// [`DeadLetterReason::ExternalFailure`], `record` (the record's fault)
+    /// otherwise.
+    pub fn class(self) -> &'static str {
         match self {
-            NodeCounter::RecordsIn => NODE_RECORDS_IN,
-            NodeCounter::RecordsOut => NODE_RECORDS_OUT,
-            NodeCounter::DeadLetters => DEAD_LETTERS,
-            NodeCounter::Dropped => NODE_DROPPED,
-            NodeCounter::RepartitionDuplicates => REPARTITION_DUPLICATES,
-            NodeCounter::FoldEligible => FOLD_ELIGIBLE,
-            NodeCounter::FoldFolded => FOLD_FOLDED,
-            NodeCounter::FoldClosedQuiet => FOLD_CLOSED_QUIET,
-            NodeCounter::FoldClosedMaxWait => FOLD_CLOSED_MAX_WAIT,
-            NodeCounter::FoldClosedMaxEvents => FOLD_CLOSED_MAX_EVENTS,
-            NodeCounter::FoldClosedMaxBytes => FOLD_CLOSED_MAX_BYTES,
-            NodeCounter::DedupDuplicates => DEDUP_DUPLICATES,
-            NodeCounter::DedupRedeliveries => DEDUP_REDELIVERIES,
-            NodeCounter::DedupExpired => DEDUP_EXPIRED,
-            NodeCounter::OrderedStale => ORDERED_STALE,
-            NodeCounter::ProjectionDuplicates => PROJECTION_DUPLICATES,
-            NodeCounter::ProjectionRefolds => PROJECTION_REFOLDS,
-            NodeCounter::ProjectionUnknown => PROJECTION_UNKNOWN,
-            NodeCounter::RollupDuplicates => ROLLUP_DUPLICATES,
-            NodeCounter::RollupLate => ROLLUP_LATE,
-            NodeCounter::RollupRollups => ROLLUP_ROLLUPS,
-            NodeCounter::RollupUnknownReads => ROLLUP_UNKNOWN_READS,
-            NodeCounter::FilterRejected => FILTER_REJECTED,
-            NodeCounter::MapEmpty => MAP_EMPTY,
-            NodeCounter::RouteUnmatched => ROUTE_UNMATCHED,
+            DeadLetterReason::ExternalFailure => "external",
+            _ => "record",
         }
     }
 }
 
-/// A level an operator tracks (up and down).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum NodeGauge {
-    FoldsOpen,
-    RollupQueued,
-}
-
-impl NodeGauge {
-    pub const ALL: [NodeGauge; 2] = [NodeGauge::FoldsOpen, NodeGauge::RollupQueued];
-
-    pub fn metric(self) -> &'static str {
-        match self {
-            NodeGauge::FoldsOpen => FOLD_OPEN,
-            NodeGauge::RollupQueued => ROLLUP_QUEUED,
-        }
-    }
-}
-
-/// Counters and gauges of one node in one task.
+/// Counters and gauges of one source, node or sink in one task.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeStats {
-    counters: [u64; NodeCounter::ALL.len()],
-    gauges: [i64; NodeGauge::ALL.len()],
+    counters: [u64; NodeCounter::COUNT],
+    dead_letters: [u64; DeadLetterReason::COUNT],
+    gauges: [i64; NodeGauge::COUNT],
 }
 
 impl NodeStats {
@@ -199,6 +212,20 @@ impl NodeStats {
 
     pub fn get(&self, counter: NodeCounter) -> u64 {
         self.counters[counter as usize]
+    }
+
+    /// Counts one record sent to the dead-letter topic.
+    pub fn dead_letter(&mut self, reason: DeadLetterReason) {
+        self.dead_letters[reason as usize] += 1;
+    }
+
+    pub fn dead_letters(&self, reason: DeadLetterReason) -> u64 {
+        self.dead_letters[reason as usize]
+    }
+
+    /// Dead letters for every reason.
+    pub fn dead_letters_total(&self) -> u64 {
+        self.dead_letters.iter().sum()
     }
 
     pub fn gauge_add(&mut self, gauge: NodeGauge, delta: i64) {
@@ -214,6 +241,9 @@ impl NodeStats {
         for (a, b) in self.counters.iter_mut().zip(other.counters) {
             *a += b;
         }
+        for (a, b) in self.dead_letters.iter_mut().zip(other.dead_letters) {
+            *a += b;
+        }
         for (a, b) in self.gauges.iter_mut().zip(other.gauges) {
             *a += b;
         }
@@ -225,6 +255,21 @@ impl NodeStats {
         let eligible = self.get(NodeCounter::FoldEligible);
         (eligible > 0).then(|| self.get(NodeCounter::FoldFolded) as f64 / eligible as f64)
     }
+}
+
+/// The counter `counter` of `node` (a source, node or sink name).
+pub fn node_counter(topology: &str, node: &str, counter: NodeCounter) -> ::metrics::Counter {
+    ::metrics::counter!(counter.metric(), "topology" => topology.to_string(), "node" => node.to_string())
+}
+
+/// The dead-letter counter of `node` (a source, node or sink name) for
+/// `reason`.
+pub fn dead_letter_counter(
+    topology: &str,
+    node: &str,
+    reason: DeadLetterReason,
+) -> ::metrics::Counter {
+    ::metrics::counter!(DEAD_LETTERS, "topology" => topology.to_string(), "node" => node.to_string(), "reason" => reason.code())
 }
 
 /// Duration of each commit (changelogs, offsets, transaction commit).
@@ -240,10 +285,10 @@ pub const RESTORE_RECORDS: &str = "streamfold_restore_records_restored_total";
 /// Changelog records skipped while restoring (written by transactions that
 /// did not commit).
 pub const RESTORE_SKIPPED: &str = "streamfold_restore_records_skipped_total";
-/// Changelog records left to restore.
 /// Changelog records applied during restore although the position rule
 /// could not verify their transaction (an input without committed offset).
 pub const RESTORE_UNVERIFIED: &str = "streamfold_restore_records_unverified_total";
+/// Changelog records left to restore.
 pub const RESTORE_REMAINING: &str = "streamfold_restore_records_remaining";
 /// Consumer lag per input partition, from librdkafka statistics.
 pub const CONSUMER_LAG: &str = "streamfold_consumer_lag_records";

@@ -496,7 +496,7 @@ impl Driver {
         self.received.get(topic).map_or(&[], Vec::as_slice)
     }
 
-    /// Per node: its name and counters.
+    /// Per node, then source, then sink: its name and counters.
     pub fn stats(&self) -> Vec<(String, NodeStats)> {
         self.task
             .stats()
@@ -561,8 +561,13 @@ impl Driver {
                     let bytes = match encoded {
                         Ok(bytes) => bytes,
                         Err(reason) => {
+                            let code = crate::telemetry::DeadLetterReason::Unencodable;
+                            self.task.count_dead_letter(
+                                crate::runtime::task::DeadLetterAt::Sink(sink),
+                                code,
+                            );
                             let letter = crate::runtime::task::sink_dead_letter(
-                                origin, &def.name, &reason, &record,
+                                origin, &def.name, code, &reason, &record,
                             );
                             self.collect(vec![Output::DeadLetter(letter)], origin);
                             continue;
