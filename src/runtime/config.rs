@@ -45,7 +45,7 @@ fn enforce(config: &mut ClientConfig, key: &str, value: &str) {
     {
         tracing::warn!(
             property = key,
-            user,
+            user = crate::secrets::shown(key, user),
             value,
             "Overriding a librdkafka property streamfold depends on."
         );
@@ -54,7 +54,7 @@ fn enforce(config: &mut ClientConfig, key: &str, value: &str) {
 }
 
 /// Properties every client gets: bootstrap servers, the topology's
-/// `kafka.properties`, then `-X` overrides.
+/// `kafka.properties` and `kafka.security`, then `-X` overrides.
 pub fn base_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     let mut config = ClientConfig::new();
     let servers = options
@@ -68,6 +68,12 @@ pub fn base_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     );
     for (k, v) in &topology.kafka.properties {
         config.set(k, v);
+    }
+    // `check` refuses a property set both here and above.
+    if let Some(security) = &topology.kafka.security {
+        for (k, v) in security.properties() {
+            config.set(k, v);
+        }
     }
     config
 }

@@ -642,6 +642,8 @@ pub fn dead_letter(
     }
     headers.push((dlq_headers::NODE.into(), node.as_bytes().to_vec()));
     headers.push((dlq_headers::CLASS.into(), class.as_bytes().to_vec()));
+    // A reason quoting another library's error could quote a credential.
+    let reason = crate::secrets::scrub(reason);
     headers.push((dlq_headers::REASON.into(), reason.as_bytes().to_vec()));
     headers.push((
         dlq_headers::ATTEMPTS.into(),
