@@ -97,10 +97,15 @@ impl Serialize for Secret {
 /// value as written, and as it appears escaped in JSON or `Debug` output.
 static REGISTERED: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
-/// Remembers `value` as a credential for [`scrub`]. Empty values are
-/// ignored.
+/// Credentials shorter than this are not searched for in text: masking
+/// every `b` of a log line would make it unreadable, and a password that
+/// short is no secret anyway. They are still masked by name.
+pub const MIN_SCRUBBED_LEN: usize = 4;
+
+/// Remembers `value` as a credential for [`scrub`]. Values shorter than
+/// [`MIN_SCRUBBED_LEN`] characters are ignored.
 pub fn register(value: &str) {
-    if value.is_empty() {
+    if value.chars().count() < MIN_SCRUBBED_LEN {
         return;
     }
     let json = serde_json::to_string(value).unwrap_or_default();
@@ -213,6 +218,7 @@ mod tests {
         register("pa\"ss-7f3c9e");
         register("pa\"ss-7f3c9e-longer");
         register("");
+        register("b");
         assert_eq!(
             scrub("login with pa\"ss-7f3c9e failed"),
             "login with *** failed"
@@ -222,5 +228,7 @@ mod tests {
         // The longer credential is masked whole, not as `***-longer`.
         assert_eq!(scrub("x pa\"ss-7f3c9e-longer y"), "x *** y");
         assert!(matches!(scrub("nothing here"), Cow::Borrowed(_)));
+        // Too short to search for: the text stays readable.
+        assert_eq!(scrub("bootstrap broker"), "bootstrap broker");
     }
 }

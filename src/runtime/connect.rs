@@ -120,7 +120,13 @@ pub fn verify(config: &ClientConfig) -> Result<(), RuntimeError> {
         .get("bootstrap.servers")
         .unwrap_or_default()
         .to_string();
-    let client: BaseProducer<Watch> = config
+    // librdkafka logs a closed connection at Info, below the level most
+    // runs log at; the watch needs those lines whatever the log filter.
+    let mut watched = config.clone();
+    if (watched.log_level as i32) < RDKafkaLogLevel::Info as i32 {
+        watched.set_log_level(RDKafkaLogLevel::Info);
+    }
+    let client: BaseProducer<Watch> = watched
         .create_with_context(Watch::default())
         .map_err(|e| RuntimeError::Startup(format!("cannot create a Kafka client: {e}")))?;
     let deadline = Instant::now() + CONNECT_TIMEOUT;
@@ -198,7 +204,14 @@ fn tls_hint(config: &ClientConfig, reason: &str) -> String {
 /// A hint when the broker closes connections at once: a listener that
 /// expects TLS or SASL does that to a client that uses neither.
 fn closed_hint(config: &ClientConfig, problem: &str) -> Option<String> {
-    let closed = problem.contains("Disconnected") || problem.contains("closed by peer");
+    let closed = [
+        "Disconnected",
+        "closed by peer",
+        "reset by peer",
+        "Broken pipe",
+    ]
+    .iter()
+    .any(|sign| problem.contains(sign));
     if !closed {
         return None;
     }
@@ -270,6 +283,13 @@ mod tests {
         assert!(hint.contains("security.protocol `plaintext`"), "{hint}");
         config.set("security.protocol", "ssl");
         assert!(closed_hint(&config, problem).unwrap().contains("`ssl`"));
+        assert!(
+            closed_hint(
+                &config,
+                "ssl://h:1/bootstrap: Send failed: SSL transport error: Broken pipe (after 0ms in state UP)"
+            )
+            .is_some()
+        );
         assert_eq!(closed_hint(&config, "Connection refused"), None);
     }
 }
