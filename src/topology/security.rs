@@ -317,15 +317,21 @@ impl KafkaConfig {
                 (at, message)
             })
             .collect();
-        for (key, _) in security.properties() {
-            for (section, properties) in [
-                ("properties", &self.properties),
-                ("consumer", &self.consumer),
-                ("producer", &self.producer),
-            ] {
-                if properties.contains_key(key) {
+        let set: Vec<&str> = security.properties().iter().map(|(k, _)| *k).collect();
+        for (section, properties) in [
+            ("properties", &self.properties),
+            ("consumer", &self.consumer),
+            ("producer", &self.producer),
+        ] {
+            for key in properties.keys() {
+                // librdkafka takes `sasl.mechanism` for `sasl.mechanisms`.
+                let canonical = match key.as_str() {
+                    "sasl.mechanism" => "sasl.mechanisms",
+                    other => other,
+                };
+                if set.contains(&canonical) {
                     out.push((
-                        vec![section.to_string(), key.to_string()],
+                        vec![section.to_string(), key.clone()],
                         format!("`{key}` is already set by `kafka.security`; set it in one place"),
                     ));
                 }
