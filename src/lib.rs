@@ -9,6 +9,7 @@ pub mod formats;
 pub mod operators;
 pub mod record;
 pub mod runtime;
+pub mod secrets;
 pub mod state;
 pub mod telemetry;
 pub mod testkit;

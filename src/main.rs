@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use streamfold::runtime::config::{RunOptions, default_instance_id};
+use streamfold::secrets;
 use streamfold::telemetry::logging::{self, LogFormat};
 use streamfold::testkit;
 use streamfold::topology::describe::{DescribeFormat, describe};
@@ -136,7 +137,7 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", secrets::scrub(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -179,10 +180,13 @@ fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
 }
 
 /// Loads a topology or prints its diagnostics; warnings are printed
-/// either way.
+/// either way. The topology's credentials are registered for masking.
 fn load(path: &std::path::Path) -> Option<Topology> {
     match topology::load_file(path) {
         Ok(t) => {
+            for credential in t.credentials() {
+                secrets::register(credential);
+            }
             for w in &t.warnings {
                 eprintln!("{w}");
             }
@@ -213,6 +217,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             let Some(t) = load(&topology) else {
                 return Ok(ExitCode::FAILURE);
             };
+            secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             if let Some(addr) = metrics_addr {
                 streamfold::telemetry::metrics::install(addr).map_err(anyhow::Error::msg)?;
                 streamfold::telemetry::metrics::register_topology(&t);
@@ -244,19 +249,25 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             let mut failed = false;
             for file in &files {
                 match load(file) {
-                    Some(t) => println!(
-                        "{}: ok ({} sources, {} nodes, {} sinks, {} internal topics{})",
-                        file.display(),
-                        t.sources.len(),
-                        t.nodes.len(),
-                        t.sinks.len(),
-                        t.internal_topics().len(),
-                        match t.warnings.len() {
-                            0 => String::new(),
-                            1 => ", 1 warning".to_string(),
-                            n => format!(", {n} warnings"),
+                    Some(t) => {
+                        println!(
+                            "{}: ok ({} sources, {} nodes, {} sinks, {} internal topics{})",
+                            file.display(),
+                            t.sources.len(),
+                            t.nodes.len(),
+                            t.sinks.len(),
+                            t.internal_topics().len(),
+                            match t.warnings.len() {
+                                0 => String::new(),
+                                1 => ", 1 warning".to_string(),
+                                n => format!(", {n} warnings"),
+                            }
+                        );
+                        // Shows that `${VAR}`s resolved, passwords masked.
+                        if let Some(security) = &t.kafka.security {
+                            println!("  kafka security: {}", security.summary());
                         }
-                    ),
+                    }
                     None => failed = true,
                 }
             }
@@ -333,6 +344,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             let Some(t) = load(&topology) else {
                 return Ok(ExitCode::FAILURE);
             };
+            secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             let filter = match filter {
                 Some(code) => Some(
                     streamfold::operators::expr::Program::compile(&code, &[])

@@ -7,8 +7,21 @@
 //! streamfold-loadgen read --topic account-metrics-folded --idle 3s
 //! streamfold-loadgen bare-consume --topic post-metric-updated --expect 1000000
 //! ```
+//!
+//! Connection settings are those of `streamfold run`: `--topology FILE`
+//! takes the servers, `kafka.properties` and `kafka.security` (SASL, TLS)
+//! of a topology, `--bootstrap-servers` overrides the servers and
+//! `-X key=value` any librdkafka property:
+//!
+//! ```text
+//! streamfold-loadgen --topology topologies/social-metrics.yaml produce --topic post-metric-updated --article
+//! streamfold-loadgen -X security.protocol=sasl_ssl -X sasl.mechanisms=SCRAM-SHA-512 \
+//!   -X sasl.username=loadgen -X sasl.password="$KAFKA_PASSWORD" -X ssl.ca.location=ca.pem read --topic t
+//! ```
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -22,7 +35,12 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::json;
+use streamfold::runtime::config::{self, RunOptions};
+use streamfold::runtime::connect;
+use streamfold::secrets;
+use streamfold::telemetry::logging::{self, LogFormat};
 use streamfold::testkit::article as example;
+use streamfold::topology;
 
 #[derive(Parser)]
 #[command(
@@ -30,13 +48,16 @@ use streamfold::testkit::article as example;
     about = "Produce and read post-metric events."
 )]
 struct Cli {
-    #[arg(
-        long,
-        env = "KAFKA_BOOTSTRAP_SERVERS",
-        default_value = "127.0.0.1:9092",
-        global = true
-    )]
-    bootstrap_servers: String,
+    /// Kafka servers; defaults to the topology's, else `127.0.0.1:9092`.
+    #[arg(long, env = "KAFKA_BOOTSTRAP_SERVERS", global = true)]
+    bootstrap_servers: Option<String>,
+    /// Take the connection settings (servers, `kafka.properties`,
+    /// `kafka.security`) from this topology, as `streamfold run` does.
+    #[arg(long, global = true)]
+    topology: Option<PathBuf>,
+    /// Any librdkafka property, applied last: `-X security.protocol=ssl`.
+    #[arg(short = 'X', value_parser = parse_property, global = true)]
+    property: Vec<(String, String)>,
     #[command(subcommand)]
     command: Command,
 }
@@ -90,17 +111,65 @@ enum Command {
         /// Records to read before stopping.
         #[arg(long)]
         expect: u64,
-        /// Any librdkafka property: `-X isolation.level=read_committed`.
-        #[arg(short = 'X', value_parser = parse_property)]
-        property: Vec<(String, String)>,
     },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init(LogFormat::Text);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", secrets::scrub(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The properties every client of this run starts from: the topology's
+/// (when given) or the servers alone, then `-X`. The connection is
+/// verified once, so a wrong password or an untrusted certificate fails
+/// at once, naming the cause.
+fn base_config(cli: &Cli) -> anyhow::Result<ClientConfig> {
+    secrets::register_properties(cli.property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let config = match &cli.topology {
+        Some(path) => {
+            let topology = topology::load_file(path).map_err(|diagnostics| {
+                let lines: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+                anyhow::anyhow!("{}", lines.join("\n"))
+            })?;
+            for credential in topology.credentials() {
+                secrets::register(credential);
+            }
+            let options = RunOptions {
+                bootstrap_servers: cli.bootstrap_servers.clone(),
+                instance_id: "loadgen".into(),
+                properties: cli.property.clone(),
+                ..RunOptions::default()
+            };
+            config::admin_config(&topology, &options)
+        }
+        None => {
+            let mut config = ClientConfig::new();
+            config.set(
+                "bootstrap.servers",
+                cli.bootstrap_servers.as_deref().unwrap_or("127.0.0.1:9092"),
+            );
+            for (k, v) in &cli.property {
+                config.set(k, v);
+            }
+            config
+        }
+    };
+    connect::verify(&config)?;
+    Ok(config)
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let base = base_config(&cli)?;
     match cli.command {
         Command::CreateTopic { topic, partitions } => {
-            ensure_topic(&cli.bootstrap_servers, &topic, partitions)?;
+            ensure_topic(&base, &topic, partitions)?;
             eprintln!("topic {topic} exists ({partitions} partitions when created here)");
             Ok(())
         }
@@ -112,7 +181,7 @@ fn main() -> anyhow::Result<()> {
             accounts,
             run,
         } => produce(
-            &cli.bootstrap_servers,
+            &base,
             &topic,
             partitions,
             article,
@@ -124,19 +193,13 @@ fn main() -> anyhow::Result<()> {
             topic,
             idle,
             summary,
-        } => read(&cli.bootstrap_servers, &topic, idle, summary),
-        Command::BareConsume {
-            topic,
-            expect,
-            property,
-        } => bare_consume(&cli.bootstrap_servers, &topic, expect, &property),
+        } => read(&base, &topic, idle, summary),
+        Command::BareConsume { topic, expect } => bare_consume(&base, &topic, expect),
     }
 }
 
-fn ensure_topic(servers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", servers)
-        .create()?;
+fn ensure_topic(base: &ClientConfig, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = base.create()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -158,7 +221,7 @@ fn ensure_topic(servers: &str, topic: &str, partitions: i32) -> anyhow::Result<(
 }
 
 fn produce(
-    servers: &str,
+    base: &ClientConfig,
     topic: &str,
     partitions: i32,
     article: bool,
@@ -166,15 +229,18 @@ fn produce(
     accounts: u64,
     run: u64,
 ) -> anyhow::Result<()> {
-    ensure_topic(servers, topic, partitions)?;
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", servers)
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", "20")
-        .set("batch.num.messages", "10000")
-        .set("queue.buffering.max.messages", "1000000")
-        .set("enable.idempotence", "true")
-        .create()?;
+    ensure_topic(base, topic, partitions)?;
+    let producer: BaseProducer = with_defaults(
+        base,
+        &[
+            ("partitioner", "murmur2_random"),
+            ("linger.ms", "20"),
+            ("batch.num.messages", "10000"),
+            ("queue.buffering.max.messages", "1000000"),
+            ("enable.idempotence", "true"),
+        ],
+    )
+    .create()?;
     let started = Instant::now();
     let mut sent = 0u64;
     let mut send = |key: &str, value: &serde_json::Value| -> anyhow::Result<()> {
@@ -225,13 +291,16 @@ fn produce(
     Ok(())
 }
 
-fn read(servers: &str, topic: &str, idle: Duration, summary: bool) -> anyhow::Result<()> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", servers)
-        .set("group.id", "streamfold-loadgen-read")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()?;
+fn read(base: &ClientConfig, topic: &str, idle: Duration, summary: bool) -> anyhow::Result<()> {
+    let consumer: BaseConsumer = with_defaults(
+        base,
+        &[
+            ("group.id", "streamfold-loadgen-read"),
+            ("enable.auto.commit", "false"),
+            ("isolation.level", "read_committed"),
+        ],
+    )
+    .create()?;
     assign_all(&consumer, topic)?;
     let mut last = Instant::now();
     let mut count = 0u64;
@@ -283,6 +352,18 @@ fn assign_all(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<usize> {
     Ok(partitions)
 }
 
+/// `base` with `defaults` for the properties it does not set (so `-X`
+/// and the topology win).
+fn with_defaults(base: &ClientConfig, defaults: &[(&str, &str)]) -> ClientConfig {
+    let mut config = base.clone();
+    for (k, v) in defaults {
+        if config.get(k).is_none() {
+            config.set(*k, *v);
+        }
+    }
+    config
+}
+
 fn parse_property(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
@@ -290,21 +371,15 @@ fn parse_property(text: &str) -> Result<(String, String), String> {
     }
 }
 
-fn bare_consume(
-    servers: &str,
-    topic: &str,
-    expect: u64,
-    properties: &[(String, String)],
-) -> anyhow::Result<()> {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", servers)
-        .set("group.id", "streamfold-loadgen-bare")
-        .set("enable.auto.commit", "false");
-    for (k, v) in properties {
-        config.set(k, v);
-    }
-    let consumer: BaseConsumer = config.create()?;
+fn bare_consume(base: &ClientConfig, topic: &str, expect: u64) -> anyhow::Result<()> {
+    let consumer: BaseConsumer = with_defaults(
+        base,
+        &[
+            ("group.id", "streamfold-loadgen-bare"),
+            ("enable.auto.commit", "false"),
+        ],
+    )
+    .create()?;
     assign_all(&consumer, topic)?;
     let mut first: Option<Instant> = None;
     let mut count = 0u64;

@@ -124,14 +124,16 @@ pub enum SourcesWait {
 /// exports their number as [`telemetry::MISSING_SOURCE_TOPICS`] (0 once
 /// they exist); returns [`SourcesWait::Stopped`] soon after `shutdown` is
 /// set. With `kafka.wait_for_sources: false` a missing topic is an error
-/// at once. An unreachable broker is an error at once too; once it has
-/// answered, a failed metadata request while waiting is logged and tried
-/// again.
+/// at once. An unreachable broker, refused credentials or a failed TLS
+/// handshake are errors at once too ([`super::connect::verify`]); once the
+/// broker has answered, a failed metadata request while waiting is logged
+/// and tried again.
 pub fn wait_for_sources(
     topology: &Topology,
     config: &ClientConfig,
     shutdown: &AtomicBool,
 ) -> Result<SourcesWait, RuntimeError> {
+    super::connect::verify(config)?;
     let servers = bootstrap_servers(config);
     let admin: AdminClient<DefaultClientContext> = config.create()?;
     let gauge =

@@ -46,7 +46,7 @@ fn enforce(config: &mut ClientConfig, key: &str, value: &str) {
     {
         tracing::warn!(
             property = key,
-            user,
+            user = crate::secrets::shown(key, user),
             value,
             "Overriding a librdkafka property streamfold depends on."
         );
@@ -55,7 +55,7 @@ fn enforce(config: &mut ClientConfig, key: &str, value: &str) {
 }
 
 /// Properties every client gets: bootstrap servers, the topology's
-/// `kafka.properties`, then `-X` overrides.
+/// `kafka.properties` and `kafka.security`, then `-X` overrides.
 pub fn base_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     let mut config = ClientConfig::new();
     let servers = options
@@ -76,6 +76,12 @@ pub fn base_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     config.set("reconnect.backoff.max.ms", "1000");
     for (k, v) in &topology.kafka.properties {
         config.set(k, v);
+    }
+    // `check` refuses a property set both here and above.
+    if let Some(security) = &topology.kafka.security {
+        for (k, v) in security.properties() {
+            config.set(k, v);
+        }
     }
     config
 }

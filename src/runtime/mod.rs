@@ -5,6 +5,7 @@
 //! - [`engine`]: the processing loop and rebalance handling;
 //! - [`commit`]: the commit protocol, the only user of transactions;
 //! - [`restore`]: replaying changelogs into a task's store;
+//! - [`connect`]: the first contact, and why it failed;
 //! - [`admin`]: startup checks and topic creation;
 //! - [`changelog`]: the position rule and what is stored with state;
 //! - [`limits`]: record sizes against what the producer and topics accept.
@@ -13,6 +14,7 @@ pub mod admin;
 pub mod changelog;
 pub mod commit;
 pub mod config;
+pub mod connect;
 pub mod engine;
 pub mod limits;
 pub mod partitioner;
@@ -30,6 +32,27 @@ pub enum RuntimeError {
     /// The broker did not answer.
     #[error("cannot reach Kafka at {servers}: {error}")]
     Unreachable { servers: String, error: String },
+    /// The broker refused this client's credentials (SASL).
+    #[error(
+        "authentication failed: Kafka at {servers} refused {login}; check the user name, the password and the mechanism (kafka.security.sasl): {reason}"
+    )]
+    Authentication {
+        servers: String,
+        /// The mechanism and user name tried.
+        login: String,
+        /// librdkafka's words.
+        reason: String,
+    },
+    /// The TLS handshake with the broker failed (most often: its
+    /// certificate is not signed by a trusted CA).
+    #[error("TLS handshake with Kafka at {servers} failed: {reason}{hint}")]
+    Tls {
+        servers: String,
+        /// librdkafka's words.
+        reason: String,
+        /// What to check, or empty.
+        hint: String,
+    },
     /// The cluster does not fit the topology (missing or mismatched topics).
     #[error("{0}")]
     Startup(String),

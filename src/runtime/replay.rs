@@ -77,6 +77,7 @@ pub fn replay(
 ) -> Result<ReplayReport, RuntimeError> {
     let topic = topology.dead_letter_topic.as_str();
     let group = format!("{}-dlq-replay", topology.name);
+    super::connect::verify(&admin_config(topology, options))?;
     let mut consumer_config = admin_config(topology, options);
     consumer_config
         .set("group.id", &group)

@@ -756,6 +756,8 @@ pub fn dead_letter(
         dlq_headers::REASON_CODE.into(),
         code.code().as_bytes().to_vec(),
     ));
+    // A reason quoting another library's error could quote a credential.
+    let reason = crate::secrets::scrub(reason);
     headers.push((dlq_headers::REASON.into(), reason.as_bytes().to_vec()));
     headers.push((
         dlq_headers::ATTEMPTS.into(),

@@ -1,6 +1,7 @@
 //! `streamfold describe`: the topology as text, Mermaid or Graphviz DOT,
 //! with the internal topics the runtime will create (a changelog per store,
-//! a repartition topic per `key_by` node, the dead-letter topic).
+//! a repartition topic per `key_by` node, the dead-letter topic). The text
+//! form also shows the Kafka settings, credentials as `***`.
 
 use std::fmt::Write;
 
@@ -55,6 +56,7 @@ fn text(t: &Topology) -> String {
             let _ = writeln!(out, "  {line}");
         }
     }
+    kafka(&mut out, t);
     let _ = writeln!(out, "\nsources");
     for s in &t.sources {
         let _ = writeln!(
@@ -116,6 +118,34 @@ fn text(t: &Topology) -> String {
     }
     let _ = writeln!(out, "  {:<48} dead letters", t.dead_letter_topic);
     out
+}
+
+/// The connection settings, credentials masked.
+fn kafka(out: &mut String, t: &Topology) {
+    let kafka = &t.kafka;
+    let _ = writeln!(out, "\nkafka");
+    let _ = writeln!(
+        out,
+        "  {:<22} {}",
+        "bootstrap servers", kafka.bootstrap_servers
+    );
+    if let Some(security) = &kafka.security {
+        let _ = writeln!(out, "  {:<22} {}", "security", security.summary());
+    }
+    for (label, properties) in [
+        ("properties", &kafka.properties),
+        ("consumer properties", &kafka.consumer),
+        ("producer properties", &kafka.producer),
+    ] {
+        if properties.is_empty() {
+            continue;
+        }
+        let shown: Vec<String> = properties
+            .iter()
+            .map(|(k, v)| format!("{k}={}", crate::secrets::shown(k, v)))
+            .collect();
+        let _ = writeln!(out, "  {label:<22} {}", shown.join(", "));
+    }
 }
 
 fn mermaid(t: &Topology) -> String {

@@ -17,6 +17,7 @@
 pub mod de;
 pub mod describe;
 pub mod model;
+pub mod security;
 pub mod types;
 pub mod yaml;
 
@@ -949,6 +950,13 @@ impl Loader {
         }
 
         self.check_formats(&parsed);
+        if let Some(kafka) = &parsed.kafka {
+            for (path, message) in kafka.security_problems() {
+                let mut at = vec!["kafka".to_string()];
+                at.extend(path);
+                self.error_at(&at, message);
+            }
+        }
 
         if !parsed.complete || self.diagnostics.len() > errors_before {
             return None;

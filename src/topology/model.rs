@@ -54,8 +54,14 @@ pub struct TopologyFile {
 pub struct KafkaConfig {
     /// Comma-separated `host:port` list (librdkafka `bootstrap.servers`).
     pub bootstrap_servers: String,
-    /// Any librdkafka property for every client (consumer, producer, admin):
-    /// `security.protocol`, `sasl.mechanism`, `ssl.ca.location`, ...
+    /// Authentication (SASL) and encryption (TLS) of the connection. Its
+    /// passwords are shown as `***` and masked in logs and errors.
+    #[serde(default)]
+    pub security: Option<super::security::SecurityConfig>,
+    /// Any librdkafka property for every client (consumer, producer, admin),
+    /// for what `security` does not cover (`sasl.oauthbearer.*`, ...).
+    /// Values of credential properties (`sasl.password`, ...) are masked
+    /// like `security`'s passwords.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
     /// librdkafka properties for the consumer only (`fetch.max.bytes`, ...).

@@ -238,16 +238,30 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:08x}", h.finish() as u32)
 }
 
+/// Client settings for the broker of this test binary.
+pub fn plain_client() -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &broker().bootstrap);
+    config
+}
+
 pub fn create_topic(name: &str, partitions: i32) {
     create_topic_with(name, partitions, &[]);
 }
 
 /// Creates `name` with explicit topic configs (`cleanup.policy`...).
 pub fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &broker().bootstrap)
-        .create()
-        .unwrap();
+    create_topic_on(&plain_client(), name, partitions, configs);
+}
+
+/// [`create_topic_with`] through a client with `client`'s settings.
+pub fn create_topic_on(
+    client: &ClientConfig,
+    name: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) {
+    let admin: AdminClient<DefaultClientContext> = client.create().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -307,9 +321,14 @@ pub struct TestProducer {
 
 impl TestProducer {
     pub fn new() -> TestProducer {
+        TestProducer::on(&plain_client())
+    }
+
+    /// A producer with `client`'s settings (servers, security).
+    pub fn on(client: &ClientConfig) -> TestProducer {
         TestProducer {
-            inner: ClientConfig::new()
-                .set("bootstrap.servers", &broker().bootstrap)
+            inner: client
+                .clone()
                 .set("partitioner", "murmur2_random")
                 .set("linger.ms", "10")
                 .set("enable.idempotence", "true")
@@ -472,10 +491,12 @@ pub fn read_topic(topic: &str, want: usize, settle: Duration, timeout: Duration)
 
 /// The number of partitions of `topic` (0 while it does not exist).
 pub fn partition_count(topic: &str) -> i32 {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker().bootstrap)
-        .create()
-        .unwrap();
+    partition_count_on(&plain_client(), topic)
+}
+
+/// [`partition_count`] through a client with `client`'s settings.
+pub fn partition_count_on(client: &ClientConfig, topic: &str) -> i32 {
+    let consumer: BaseConsumer = client.create().unwrap();
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .unwrap();
@@ -532,6 +553,11 @@ pub fn repo() -> PathBuf {
 
 impl App {
     pub fn start(config: &AppConfig, log_dir: &Path) -> App {
+        App::start_on(&broker().bootstrap, config, log_dir)
+    }
+
+    /// [`App::start`] against the broker at `bootstrap`.
+    pub fn start_on(bootstrap: &str, config: &AppConfig, log_dir: &Path) -> App {
         let metrics_port = free_port();
         let log = log_dir.join(format!("{}-{}.log", config.instance, unique("run")));
         let file = std::fs::File::create(&log).unwrap();
@@ -540,7 +566,7 @@ impl App {
             .arg("run")
             .arg(&config.topology)
             .arg("--bootstrap-servers")
-            .arg(&broker().bootstrap)
+            .arg(bootstrap)
             .arg("--instance-id")
             .arg(&config.instance)
             .arg("--state-dir")
@@ -920,9 +946,14 @@ pub fn wait_committed_to(app: &App, group: &str, topic: &str, end: &[i64], timeo
 /// reaches its end (end-of-partition from the fetch responses), not after
 /// a quiet period.
 pub fn read_to_end(topic: &str, timeout: Duration) -> Vec<Consumed> {
-    let partitions = partition_count(topic);
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker().bootstrap)
+    read_to_end_on(&plain_client(), topic, timeout)
+}
+
+/// [`read_to_end`] through a client with `client`'s settings.
+pub fn read_to_end_on(client: &ClientConfig, topic: &str, timeout: Duration) -> Vec<Consumed> {
+    let partitions = partition_count_on(client, topic);
+    let consumer: BaseConsumer = client
+        .clone()
         .set("group.id", unique("reader"))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
@@ -1095,4 +1126,328 @@ fn parse_labels(text: &str) -> BTreeMap<String, String> {
         rest = &after[end..];
     }
     labels
+}
+
+// ---------------------------------------------------------------------------
+// A broker that requires SASL/SCRAM over TLS (tests/security.rs).
+//
+// nisshi 0.7.0 takes `--authentication` (SCRAM users) and `--cert/--key`
+// (a TLS-only listener), but `nisshi user create` speaks plaintext and
+// sends an unauthenticated AlterUserScramCredentials, which an
+// authenticating broker refuses; and the in-memory storage keeps no SCRAM
+// credentials at all. So the user is created on a plaintext broker over a
+// SQLite file, which then stops, and the secured broker starts on the same
+// file. The CA and the broker's certificate are made here, at test time.
+// ---------------------------------------------------------------------------
+
+/// A nisshi that accepts only SASL/SCRAM-SHA-512 over TLS.
+pub struct SecureBroker {
+    /// `127.0.0.1:<port>`: the broker's certificate names `127.0.0.1` and
+    /// `localhost`.
+    pub bootstrap: String,
+    pub username: String,
+    /// Distinctive, so a test can look for it anywhere.
+    pub password: String,
+    /// PEM of the CA that signed the broker's certificate.
+    pub ca: PathBuf,
+    /// PEM of another CA, which signed nothing the broker shows.
+    pub other_ca: PathBuf,
+    _dir: tempfile::TempDir,
+    _watchdog: Mutex<Child>,
+}
+
+static SECURE_BROKER: OnceLock<SecureBroker> = OnceLock::new();
+
+/// The secured broker of this test binary, started on first use.
+pub fn secure_broker() -> &'static SecureBroker {
+    SECURE_BROKER.get_or_init(start_secure_broker)
+}
+
+/// Whether a nisshi binary is there to start (the secured broker is always
+/// one of ours, even when `STREAMFOLD_TEST_BOOTSTRAP` names another broker
+/// for the other tests).
+pub fn nisshi_available() -> bool {
+    let binary = nisshi_binary();
+    binary.is_absolute() && binary.exists()
+        || Command::new(&binary)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+impl SecureBroker {
+    /// Client settings that pass: SASL_SSL, SCRAM-SHA-512, the right CA.
+    pub fn client(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("security.protocol", "sasl_ssl")
+            .set("sasl.mechanisms", "SCRAM-SHA-512")
+            .set("sasl.username", &self.username)
+            .set("sasl.password", &self.password)
+            .set("ssl.ca.location", self.ca.display().to_string());
+        config
+    }
+
+    /// The environment a secured topology (see [`secured_topology`]) reads
+    /// its servers and credentials from.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("KAFKA_BOOTSTRAP_SERVERS".into(), self.bootstrap.clone()),
+            ("KAFKA_USERNAME".into(), self.username.clone()),
+            ("KAFKA_PASSWORD".into(), self.password.clone()),
+            ("KAFKA_CA".into(), self.ca.display().to_string()),
+        ]
+    }
+}
+
+/// The text of `topology` (a file under the repository) with a
+/// `kafka.security` section that takes its credentials from
+/// `${KAFKA_USERNAME}`, `${KAFKA_PASSWORD}` and `${KAFKA_CA}`, written to
+/// `dir`; returns its path.
+pub fn secured_topology(topology: &str, dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join(topology)).unwrap();
+    let security = "kafka:
+  security:
+    protocol: sasl_ssl
+    sasl:
+      mechanism: SCRAM-SHA-512
+      username: ${KAFKA_USERNAME}
+      password: ${KAFKA_PASSWORD}
+    tls:
+      ca: ${KAFKA_CA}
+";
+    assert!(
+        text.contains("\nkafka:\n"),
+        "{topology} has a kafka section"
+    );
+    let secured = text.replacen("\nkafka:\n", &format!("\n{security}"), 1);
+    let path = dir.join(format!(
+        "secured-{}",
+        Path::new(topology).file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::write(&path, secured).unwrap();
+    path
+}
+
+fn start_secure_broker() -> SecureBroker {
+    let dir = temp_dir();
+    let certificates = TestCertificates::new();
+    let ca = dir.path().join("ca.pem");
+    let other_ca = dir.path().join("other-ca.pem");
+    std::fs::write(&ca, &certificates.ca).unwrap();
+    std::fs::write(&other_ca, &certificates.other_ca).unwrap();
+    std::fs::write(dir.path().join("broker.pem"), &certificates.broker).unwrap();
+    std::fs::write(dir.path().join("broker.key"), &certificates.broker_key).unwrap();
+    let username = unique("streamfold");
+    let password = format!(
+        "pw-{}-{}",
+        unique("x").trim_start_matches("x-"),
+        unique("y").trim_start_matches("y-")
+    );
+    let storage = "sqlite://nisshi.db";
+
+    // The user, made on a plaintext broker over the same storage.
+    {
+        let port = free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let broker = KillOnDrop(
+            Command::new(nisshi_binary())
+                .args([
+                    "broker",
+                    "--listener-url",
+                    &url,
+                    "--advertised-listener-url",
+                    &url,
+                ])
+                .args(["--storage-engine", storage, "--silent"])
+                .current_dir(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("nisshi starts (run scripts/install-nisshi.sh)"),
+        );
+        wait_for_broker(&format!("127.0.0.1:{port}"));
+        let created = Command::new(nisshi_binary())
+            .args(["user", "create", &username, &password, "--broker", &url])
+            .args(["--mechanism", "scram512"])
+            .output()
+            .unwrap();
+        assert!(
+            created.status.success(),
+            "nisshi user create: {}",
+            String::from_utf8_lossy(&created.stderr)
+        );
+        drop(broker);
+    }
+
+    let port = free_port();
+    let url = format!("tcp://127.0.0.1:{port}");
+    let script = format!(
+        "{nisshi} broker --listener-url {url} --advertised-listener-url {url} \
+         --storage-engine {storage} --authentication --cert broker.pem --key broker.key \
+         --group-initial-rebalance-delay 0s --silent & \
+         child=$!; \
+         while kill -0 {parent} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 1; done; \
+         kill $child 2>/dev/null",
+        nisshi = nisshi_binary().display(),
+        parent = std::process::id(),
+    );
+    let watchdog = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nisshi starts");
+    let broker = SecureBroker {
+        bootstrap: format!("127.0.0.1:{port}"),
+        username,
+        password,
+        ca,
+        other_ca,
+        _dir: dir,
+        _watchdog: Mutex::new(watchdog),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let consumer: BaseConsumer = broker.client().create().unwrap();
+        if consumer
+            .fetch_metadata(None, Duration::from_secs(2))
+            .is_ok()
+        {
+            return broker;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the secured broker at {} did not answer within 30s",
+            broker.bootstrap
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A child process killed when this goes out of scope, even on a panic.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// PEM texts: a CA, a broker certificate it signed for `127.0.0.1` and
+/// `localhost` with the broker's key (PKCS#8), and an unrelated CA.
+struct TestCertificates {
+    ca: Vec<u8>,
+    broker: Vec<u8>,
+    broker_key: Vec<u8>,
+    other_ca: Vec<u8>,
+}
+
+impl TestCertificates {
+    fn new() -> TestCertificates {
+        use openssl::asn1::Asn1Time;
+        use openssl::bn::{BigNum, MsbOption};
+        use openssl::ec::{EcGroup, EcKey};
+        use openssl::hash::MessageDigest;
+        use openssl::nid::Nid;
+        use openssl::pkey::{PKey, Private};
+        use openssl::x509::extension::{
+            BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
+        };
+        use openssl::x509::{X509, X509NameBuilder};
+
+        fn key() -> PKey<Private> {
+            let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+            PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap()
+        }
+        fn certificate(
+            name: &str,
+            key: &PKey<Private>,
+            issuer: Option<(&X509, &PKey<Private>)>,
+        ) -> X509 {
+            let mut subject = X509NameBuilder::new().unwrap();
+            subject.append_entry_by_nid(Nid::COMMONNAME, name).unwrap();
+            let subject = subject.build();
+            let mut builder = X509::builder().unwrap();
+            builder.set_version(2).unwrap();
+            let mut serial = BigNum::new().unwrap();
+            serial.rand(64, MsbOption::MAYBE_ZERO, false).unwrap();
+            builder
+                .set_serial_number(&serial.to_asn1_integer().unwrap())
+                .unwrap();
+            builder.set_subject_name(&subject).unwrap();
+            builder.set_pubkey(key).unwrap();
+            builder
+                .set_not_before(&Asn1Time::days_from_now(0).unwrap())
+                .unwrap();
+            builder
+                .set_not_after(&Asn1Time::days_from_now(2).unwrap())
+                .unwrap();
+            match issuer {
+                None => {
+                    builder.set_issuer_name(&subject).unwrap();
+                    builder
+                        .append_extension(BasicConstraints::new().critical().ca().build().unwrap())
+                        .unwrap();
+                    builder
+                        .append_extension(
+                            KeyUsage::new()
+                                .critical()
+                                .key_cert_sign()
+                                .crl_sign()
+                                .build()
+                                .unwrap(),
+                        )
+                        .unwrap();
+                    builder.sign(key, MessageDigest::sha256()).unwrap();
+                }
+                Some((ca, ca_key)) => {
+                    builder.set_issuer_name(ca.subject_name()).unwrap();
+                    builder
+                        .append_extension(BasicConstraints::new().build().unwrap())
+                        .unwrap();
+                    builder
+                        .append_extension(
+                            KeyUsage::new()
+                                .critical()
+                                .digital_signature()
+                                .key_agreement()
+                                .build()
+                                .unwrap(),
+                        )
+                        .unwrap();
+                    builder
+                        .append_extension(ExtendedKeyUsage::new().server_auth().build().unwrap())
+                        .unwrap();
+                    let san = SubjectAlternativeName::new()
+                        .dns("localhost")
+                        .ip("127.0.0.1")
+                        .build(&builder.x509v3_context(Some(ca), None))
+                        .unwrap();
+                    builder.append_extension(san).unwrap();
+                    builder.sign(ca_key, MessageDigest::sha256()).unwrap();
+                }
+            }
+            builder.build()
+        }
+
+        let ca_key = key();
+        let ca = certificate("streamfold test CA", &ca_key, None);
+        let broker_key = key();
+        let broker = certificate("localhost", &broker_key, Some((&ca, &ca_key)));
+        let other_key = key();
+        let other_ca = certificate("streamfold other CA", &other_key, None);
+        TestCertificates {
+            ca: ca.to_pem().unwrap(),
+            broker: broker.to_pem().unwrap(),
+            broker_key: broker_key.private_key_to_pem_pkcs8().unwrap(),
+            other_ca: other_ca.to_pem().unwrap(),
+        }
+    }
 }
