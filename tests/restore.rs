@@ -207,6 +207,69 @@ fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
     );
 }
 
+/// The other side of the re-created changelog: a plain restart over the
+/// same state directory keeps the local state and replays nothing. (Logs
+/// of earlier runs on nisshi show the watermark check wiping state it
+/// should have kept, `state is at offset 144, the topic holds 0..129`,
+/// after kills; this restart does not reproduce it.)
+#[test]
+fn a_restart_over_its_own_state_keeps_it() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-restart");
+    let source = unique("post-metric-updated");
+    create_topic(&source, 4);
+    let producer = TestProducer::new();
+    for i in 0..EVENTS {
+        let account = format!("account_{}", i % ACCOUNTS);
+        let value = json!({"account_id": account, "metrics": {METRICS[(i % 6) as usize]: i}});
+        producer.send_json(&source, &account, &value);
+    }
+    producer.flush();
+    let end = producer.ends(&source, 4);
+    let config = config(
+        topology(dir.path(), &app, &source, true),
+        dir.path().join("state"),
+    );
+    let first = App::start(&config, dir.path());
+    wait_committed_to(&first, &app, &source, &end, Duration::from_secs(120));
+    first.wait_metric_present(
+        "streamfold_fold_open_folds",
+        Duration::from_secs(120),
+        |n| n == ACCOUNTS as f64,
+    );
+    first.stop();
+
+    let second = App::start(&config, dir.path());
+    second.wait_metric_present(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 4.0,
+    );
+    second.wait_metric_present("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+        n == ACCOUNTS as f64
+    });
+    let log = second.stop();
+    assert!(
+        !log.contains("wiping the local state"),
+        "the state was kept; log:\n{log}"
+    );
+    assert_eq!(
+        restored(&log),
+        0,
+        "nothing to replay: the local state was up to date; log:\n{log}"
+    );
+}
+
+/// Changelog records the restores of a run applied.
+fn restored(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("Restore finished."))
+        .filter_map(|l| l.split("restored=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// Scenario 3 of issue 8, second half: a changelog whose cleanup policy is
 /// `delete` loses old state to retention, so a restore from it would be
 /// silently incomplete. Startup refuses it and says how to fix it.
