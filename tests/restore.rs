@@ -298,3 +298,74 @@ fn a_changelog_that_is_not_compacted_is_refused_at_startup() {
         "the error names the topic and the fix; log:\n{log}"
     );
 }
+
+/// Scenario 8 of issue 8: event time travels with the changelog. An
+/// event-clock fold on a partition that goes idle is closed by
+/// `idle_advance` on whichever host runs the task next, even one whose
+/// state came from a from-scratch restore, with no record arriving there.
+#[test]
+fn event_time_resumes_on_a_new_host_and_idle_folds_close() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-event-time");
+    let source = unique("timed-events");
+    create_topic(&source, 2);
+    let path = dir.path().join("topology.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: {app}
+kafka: {{ bootstrap_servers: 'unused:9092' }}
+processing:
+  commit_interval: 100ms
+  idle_advance: ${{IDLE_ADVANCE}}
+sources:
+  events: {{ topic: {source}, format: json, timestamp: /at }}
+nodes:
+  fold:
+    type: fold
+    input: events
+    fields: {{ n: {{ rule: count }} }}
+    quiet_for: 10s
+    clock: event
+sinks:
+  out: {{ topic: {app}-out, input: fold, create: true }}
+dead_letter: {{ topic: {app}-dlq }}
+"
+        ),
+    )
+    .unwrap();
+    let at = 1_735_689_600_000i64;
+    let producer = TestProducer::new();
+    for k in 0..20 {
+        producer.send_json(&source, &format!("k{k}"), &json!({"at": at}));
+    }
+    producer.flush();
+    let end = producer.ends(&source, 2);
+    let host = |state: &str, idle_advance: &str| {
+        let mut config = config(path.clone(), dir.path().join(state));
+        config
+            .env
+            .push(("IDLE_ADVANCE".into(), idle_advance.into()));
+        config
+    };
+    // The first host would move event time only after an hour idle.
+    let first = App::start(&host("state-a", "1h"), dir.path());
+    wait_committed_to(&first, &app, &source, &end, Duration::from_secs(120));
+    first.wait_metric_present("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+        n == 20.0
+    });
+    first.stop();
+
+    // A new host, no local state: the changelogs restore the folds, and
+    // event time resumes where the last commit left it, so after 2 s idle
+    // it runs with the wall clock and the folds go quiet 10 s later.
+    let second = App::start(&host("state-b", "2s"), dir.path());
+    let closed = second.wait_metric_present(
+        "streamfold_fold_closed_quiet_total",
+        Duration::from_secs(60),
+        |n| n == 20.0,
+    );
+    second.stop();
+    assert_eq!(closed, 20.0);
+}

@@ -20,6 +20,11 @@ pub const POSITION_HEADER: &str = "streamfold.pos";
 /// Optional header `<run id>:<sequence>` naming the transaction of every
 /// produced record (a testing aid: `streamfold run --txn-header`).
 pub const TXN_HEADER: &str = "streamfold.txn";
+/// Header on every changelog record: the task's event time (epoch
+/// milliseconds) when the record was produced, so a task restored on
+/// another host resumes its event clock (and `idle_advance`) from the
+/// changelog, not only from local metadata.
+pub const EVENT_TIME_HEADER: &str = "streamfold.event_time";
 /// Meta key of the changelog offsets in a task's state store.
 pub const CHANGELOG_OFFSETS: &str = "changelog_offsets";
 /// Meta key of the task's event time at its last commit.

@@ -75,7 +75,8 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::RuntimeError;
 use super::changelog::{
-    CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, POSITION_HEADER, Positions, TXN_HEADER,
+    CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, EVENT_TIME_HEADER, POSITION_HEADER, Positions,
+    TXN_HEADER,
 };
 use super::limits::{Limits, TooLarge, record_size};
 use super::task::{DeadLetter, Task, dlq_headers};
@@ -1014,7 +1015,13 @@ impl CommitCycle {
                     .collect(),
             );
             if !entries.is_empty() {
-                let header = [(POSITION_HEADER.to_string(), positions.encode())];
+                let header = [
+                    (POSITION_HEADER.to_string(), positions.encode()),
+                    (
+                        EVENT_TIME_HEADER.to_string(),
+                        item.task.clocks().event.to_string().into_bytes(),
+                    ),
+                ];
                 for entry in &mut entries {
                     let (topic, tracked) = self.changelogs[entry.store].clone();
                     let size = record_size(Some(&entry.key), entry.value.as_deref(), &header);

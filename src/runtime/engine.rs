@@ -1027,10 +1027,22 @@ impl Engine {
                 continue;
             };
             slot.cursor.changelog_offsets.0.extend(progress.offsets);
-            let meta = [(
+            let mut meta = vec![(
                 CHANGELOG_OFFSETS.to_string(),
                 slot.cursor.changelog_offsets.encode(),
             )];
+            // The event clock travels with the changelog: the latest time
+            // stamped on what was applied, never moving back.
+            if let Some(restored) = progress.event_time {
+                let saved = slot
+                    .task
+                    .state()
+                    .meta(EVENT_TIME)?
+                    .and_then(|b| String::from_utf8(b).ok()?.parse::<i64>().ok());
+                if saved.is_none_or(|saved| saved < restored) {
+                    meta.push((EVENT_TIME.to_string(), restored.to_string().into_bytes()));
+                }
+            }
             slot.task.state().restore(&progress.writes, &meta)?;
             if !progress.writes.is_empty() {
                 self.cycle

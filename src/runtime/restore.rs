@@ -25,7 +25,7 @@ use rdkafka::message::Headers;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, Message, Statistics};
 
-use super::changelog::{POSITION_HEADER, Positions, Verdict};
+use super::changelog::{EVENT_TIME_HEADER, POSITION_HEADER, Positions, Verdict};
 use crate::state::RawWrite;
 use crate::telemetry;
 
@@ -128,6 +128,8 @@ pub struct Progress {
     pub unverified: u64,
     /// Every changelog partition of the task is caught up.
     pub done: bool,
+    /// The latest event time stamped on an applied record.
+    pub event_time: Option<i64>,
 }
 
 /// A task being restored.
@@ -325,6 +327,13 @@ impl Restorer {
                         continue;
                     }
                     Verdict::Unknown => entry.unverified += 1,
+                }
+                let event_time = message
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == EVENT_TIME_HEADER))
+                    .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse::<i64>().ok());
+                if let Some(ts) = event_time {
+                    entry.event_time = Some(entry.event_time.map_or(ts, |t| t.max(ts)));
                 }
                 let Some(key) = message.key() else { continue };
                 entry.restored += 1;
