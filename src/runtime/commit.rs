@@ -793,6 +793,9 @@ impl Transactions {
         self.flush_promptly(TXN_TIMEOUT)
             .map_err(|e| self.error(e))?;
         self.fault(FaultPoint::Commit)?;
+        // From here until `committed` the outcome is in doubt: a process
+        // killed meanwhile may or may not have committed.
+        self.journal("committing");
         let mut attempts = 0;
         loop {
             match self.producer.commit_transaction(TXN_TIMEOUT) {

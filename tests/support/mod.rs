@@ -843,6 +843,8 @@ pub fn by_key(records: &[Consumed]) -> BTreeMap<String, Vec<&Consumed>> {
 #[derive(Debug, Default)]
 pub struct TxnJournal {
     pub begun: std::collections::BTreeSet<String>,
+    /// Asked the broker to commit (`committed` follows once it answered).
+    pub committing: std::collections::BTreeSet<String>,
     pub committed: std::collections::BTreeSet<String>,
     pub aborted: std::collections::BTreeSet<String>,
 }
@@ -857,6 +859,7 @@ impl TxnJournal {
                 .unwrap_or_else(|| panic!("journal line `{line}`"));
             let set = match event {
                 "begin" => &mut journal.begun,
+                "committing" => &mut journal.committing,
                 "committed" => &mut journal.committed,
                 "aborted" => &mut journal.aborted,
                 other => panic!("unknown journal event `{other}`"),
@@ -882,6 +885,16 @@ impl TxnJournal {
     /// Began and did not commit: aborted, or open at a kill.
     pub fn uncommitted(&self) -> std::collections::BTreeSet<String> {
         self.begun.difference(&self.committed).cloned().collect()
+    }
+
+    /// Killed between asking the broker to commit and hearing back: it may
+    /// have committed or not.
+    pub fn in_doubt(&self) -> std::collections::BTreeSet<String> {
+        self.committing
+            .difference(&self.committed)
+            .filter(|label| !self.aborted.contains(*label))
+            .cloned()
+            .collect()
     }
 
     /// Began, and neither committed nor aborted.
