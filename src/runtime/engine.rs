@@ -325,9 +325,6 @@ struct Slot {
     awaiting_offsets: bool,
     /// Input positions and changelog offsets, for the commit cycle.
     cursor: TaskCursor,
-    /// First offset fetched per input while the task was still restoring;
-    /// the consumer is rewound there when the task starts.
-    missed: Vec<Option<i64>>,
     /// Stats already published as metrics.
     published: Vec<NodeStats>,
 }
@@ -507,7 +504,6 @@ impl Engine {
                 committed: vec![None; self.inputs.len()],
                 changelog_offsets,
             },
-            missed: vec![None; self.inputs.len()],
             published,
         };
         self.tasks.insert(task, slot);
@@ -670,17 +666,25 @@ impl Engine {
         slot.task
             .start()
             .map_err(|source| RuntimeError::Task { task, source })?;
-        // Re-read what was fetched before the partitions were paused.
-        for (i, missed) in slot.missed.iter_mut().enumerate() {
-            if let Some(offset) = missed.take() {
-                let target = slot.cursor.positions[i].unwrap_or(offset).min(offset);
-                consumer.seek(
-                    &self.inputs[i].topic,
-                    task,
-                    Offset::Offset(target),
-                    Duration::from_secs(10),
-                )?;
-            }
+        // Consume from exactly the committed offsets the restore was
+        // judged by, not from the consumer's own fetch of them at
+        // assignment: on a broker that lets a fenced-out previous owner
+        // still commit (no generation check, nisshi 0.7.0) the two can
+        // differ, and starting past what the restore kept loses the
+        // records in between (RELIABILITY.md, finding 5). Without a
+        // committed offset, the source's reset policy applies.
+        let reset = match self.topology.sources[0].config.offset_reset {
+            OffsetReset::Earliest => Offset::Beginning,
+            OffsetReset::Latest => Offset::End,
+        };
+        for (i, position) in slot.cursor.positions.iter().enumerate() {
+            let target = position.map_or(reset, Offset::Offset);
+            consumer.seek(
+                &self.inputs[i].topic,
+                task,
+                target,
+                Duration::from_secs(10),
+            )?;
         }
         slot.running = true;
         let partitions = self.partitions_of(&[task]);
@@ -731,8 +735,9 @@ impl Engine {
         let Some(slot) = self.tasks.get_mut(&partition) else {
             return Ok(());
         };
+        // Fetched before the task's partitions were paused: the task seeks
+        // to its committed offsets when it starts.
         if !slot.running {
-            slot.missed[input].get_or_insert(message.offset());
             return Ok(());
         }
         self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
