@@ -51,6 +51,15 @@ enum Command {
         /// Serve Prometheus metrics on this address (`0.0.0.0:9464`).
         #[arg(long, env = "STREAMFOLD_METRICS_ADDR")]
         metrics_addr: Option<SocketAddr>,
+        /// Serve interactive queries of the stores' committed state on this
+        /// address (`0.0.0.0:8080`; see docs/queries.md). Off by default.
+        #[arg(long, env = "STREAMFOLD_QUERY_ADDR")]
+        query_addr: Option<SocketAddr>,
+        /// The `host:port` other instances use to reach this one's query
+        /// server (advertised on `<app>-query-endpoints`); defaults to
+        /// `--query-addr`, which must then not be a wildcard address.
+        #[arg(long, env = "STREAMFOLD_QUERY_ADVERTISED_ADDR", requires = "query_addr")]
+        query_advertised_addr: Option<String>,
         /// Any librdkafka property, applied last: `-X linger.ms=10`.
         #[arg(short = 'X', value_parser = parse_property)]
         property: Vec<(String, String)>,
@@ -209,6 +218,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             instance_id,
             state_dir,
             metrics_addr,
+            query_addr,
+            query_advertised_addr,
             property,
             txn_header,
             txn_journal,
@@ -235,6 +246,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     faults: inject_fault,
                 },
                 metrics_addr,
+                query_addr,
+                query_advertised_addr,
             };
             let admin = streamfold::runtime::config::admin_config(&t, &options);
             if streamfold::runtime::admin::wait_for_sources(&t, &admin, &shutdown)?
