@@ -58,7 +58,11 @@ enum Command {
         /// The `host:port` other instances use to reach this one's query
         /// server (advertised on `<app>-query-endpoints`); defaults to
         /// `--query-addr`, which must then not be a wildcard address.
-        #[arg(long, env = "STREAMFOLD_QUERY_ADVERTISED_ADDR", requires = "query_addr")]
+        #[arg(
+            long,
+            env = "STREAMFOLD_QUERY_ADVERTISED_ADDR",
+            requires = "query_addr"
+        )]
         query_advertised_addr: Option<String>,
         /// Any librdkafka property, applied last: `-X linger.ms=10`.
         #[arg(short = 'X', value_parser = parse_property)]

@@ -93,7 +93,14 @@ fn get(addr: &str, path: &str) -> Answer {
     let text = String::from_utf8(raw).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap();
     let mut lines = head.lines();
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     let headers = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_lowercase(), v.trim().to_string()))
@@ -263,7 +270,10 @@ fn every_key_is_answered_from_either_instance_with_its_committed_value() {
     // A prefix scan spans every task, on both instances, in key order.
     for addr in [&addr_a, &addr_b] {
         for store in ["by_id-latest", "by_key-latest"] {
-            let scan = get(addr, &format!("/v1/stores/{store}?prefix=user-01&limit=1000"));
+            let scan = get(
+                addr,
+                &format!("/v1/stores/{store}?prefix=user-01&limit=1000"),
+            );
             assert_eq!(scan.status, 200, "{}", scan.body);
             let entries = scan.body["entries"].as_array().unwrap();
             let keys: Vec<&str> = entries.iter().map(|e| e["key"].as_str().unwrap()).collect();
@@ -285,7 +295,16 @@ fn every_key_is_answered_from_either_instance_with_its_committed_value() {
                 .iter()
                 .map(|e| e["key"].as_str().unwrap())
                 .collect();
-            assert_eq!(keys, ["user-0000", "user-0001", "user-0002", "user-0003", "user-0004"]);
+            assert_eq!(
+                keys,
+                [
+                    "user-0000",
+                    "user-0001",
+                    "user-0002",
+                    "user-0003",
+                    "user-0004"
+                ]
+            );
             assert_eq!(limited.body["truncated"], json!(true));
         }
     }
@@ -299,7 +318,10 @@ fn every_key_is_answered_from_either_instance_with_its_committed_value() {
         }
         let unknown = get(addr, "/v1/stores/nope/keys/user-0001");
         assert_eq!(unknown.status, 404);
-        assert_eq!(unknown.body["stores"], json!(["by_id-latest", "by_key-latest"]));
+        assert_eq!(
+            unknown.body["stores"],
+            json!(["by_id-latest", "by_key-latest"])
+        );
         assert_eq!(get(addr, "/v1/stores/by_id-latest?limit=0").status, 400);
         assert_eq!(get(addr, "/v2").status, 404);
     }
@@ -337,7 +359,11 @@ fn while_an_instance_restarts_from_scratch_answers_are_correct_or_503() {
         if b.metric("streamfold_runtime_tasks_running") >= 1.0 {
             break;
         }
-        assert!(Instant::now() < deadline, "b never ran a task: {}", b.log_text());
+        assert!(
+            Instant::now() < deadline,
+            "b never ran a task: {}",
+            b.log_text()
+        );
         rounds += 1;
     }
     wait_running(&[&a, &b], 4.0);

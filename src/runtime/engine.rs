@@ -82,7 +82,12 @@ pub fn run(
         "Starting."
     );
     let queries = match options.query_addr {
-        Some(addr) => Some(Queries::start(&topology, &options, addr, layout.partitions)?),
+        Some(addr) => Some(Queries::start(
+            &topology,
+            &options,
+            addr,
+            layout.partitions,
+        )?),
         None => None,
     };
     let query_state = queries.as_ref().map(|q| Arc::clone(&q.state));

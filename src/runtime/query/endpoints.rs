@@ -81,8 +81,7 @@ impl Directory {
 pub fn ensure_topic(config: &ClientConfig, app: &str) -> Result<(), RuntimeError> {
     let admin: AdminClient<DefaultClientContext> = config.create()?;
     let name = topic(app);
-    let new = NewTopic::new(&name, 1, TopicReplication::Fixed(-1))
-        .set("cleanup.policy", "compact");
+    let new = NewTopic::new(&name, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -143,8 +142,8 @@ impl Advertiser {
                     // Serializing a struct of a string and integers cannot
                     // fail.
                     let payload = serde_json::to_vec(&entry).unwrap_or_default();
-                    if let Err((error, _)) = producer
-                        .send(BaseRecord::to(&topic).key(&instance).payload(&payload))
+                    if let Err((error, _)) =
+                        producer.send(BaseRecord::to(&topic).key(&instance).payload(&payload))
                     {
                         tracing::warn!(%error, "Cannot publish this instance's query endpoint.");
                     }

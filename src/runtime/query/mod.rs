@@ -84,6 +84,18 @@ impl fmt::Debug for QueryState {
     }
 }
 
+/// Why a task's store could not be read here.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// The task restores here, or is not a task of this instance.
+    Unavailable(Local),
+    /// RocksDB failed, or the stored value is not JSON.
+    Failed(String),
+}
+
+/// Entries read from a store: key bytes and stored JSON.
+pub type ReadEntries = Vec<(Vec<u8>, Value)>;
+
 /// Where a task of this instance stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Local {
@@ -121,9 +133,7 @@ impl QueryState {
 
     /// A task opened its state: it restores until [`QueryState::started`].
     pub fn opened(&self, task: i32, db: Arc<DB>) {
-        let replaced = self
-            .write()
-            .insert(task, TaskEntry { db, running: false });
+        let replaced = self.write().insert(task, TaskEntry { db, running: false });
         if replaced.is_some_and(|e| e.running) {
             self.generation.fetch_add(1, Ordering::Relaxed);
         }
@@ -171,24 +181,21 @@ impl QueryState {
 
     /// The committed value of `key` in `store` of `task`, if the task runs
     /// here (`Err(local)` otherwise).
-    pub fn get(
-        &self,
-        task: i32,
-        store: &str,
-        key: &[u8],
-    ) -> Result<Result<Option<Value>, String>, Local> {
+    pub fn get(&self, task: i32, store: &str, key: &[u8]) -> Result<Option<Value>, ReadError> {
         let tasks = self.read();
         let entry = running_entry(&tasks, task)?;
         let Some(cf) = entry.db.cf_handle(store) else {
-            return Ok(Err(format!("task {task} has no store `{store}`")));
+            return Err(ReadError::Failed(format!(
+                "task {task} has no store `{store}`"
+            )));
         };
-        Ok(match entry.db.get_pinned_cf(cf, key) {
+        match entry.db.get_pinned_cf(cf, key) {
             Ok(Some(bytes)) => serde_json::from_slice(&bytes)
                 .map(Some)
-                .map_err(|e| format!("stored value is not JSON: {e}")),
+                .map_err(|e| ReadError::Failed(format!("stored value is not JSON: {e}"))),
             Ok(None) => Ok(None),
-            Err(e) => Err(e.to_string()),
-        })
+            Err(e) => Err(ReadError::Failed(e.to_string())),
+        }
     }
 
     /// Up to `limit` committed entries of `store` of `task` whose key starts
@@ -199,38 +206,38 @@ impl QueryState {
         store: &str,
         prefix: &[u8],
         limit: usize,
-    ) -> Result<Result<Vec<(Vec<u8>, Value)>, String>, Local> {
+    ) -> Result<ReadEntries, ReadError> {
         let tasks = self.read();
         let entry = running_entry(&tasks, task)?;
         let Some(cf) = entry.db.cf_handle(store) else {
-            return Ok(Err(format!("task {task} has no store `{store}`")));
+            return Err(ReadError::Failed(format!(
+                "task {task} has no store `{store}`"
+            )));
         };
         let mut read = ReadOptions::default();
         if let Some(end) = prefix_end(prefix) {
             read.set_iterate_upper_bound(end);
         }
         let mut out = Vec::new();
-        let iter = entry
-            .db
-            .iterator_cf_opt(cf, read, IteratorMode::From(prefix, Direction::Forward));
+        let iter =
+            entry
+                .db
+                .iterator_cf_opt(cf, read, IteratorMode::From(prefix, Direction::Forward));
         for item in iter.take(limit) {
-            match item {
-                Ok((key, value)) => match serde_json::from_slice(&value) {
-                    Ok(value) => out.push((key.to_vec(), value)),
-                    Err(e) => return Ok(Err(format!("stored value is not JSON: {e}"))),
-                },
-                Err(e) => return Ok(Err(e.to_string())),
-            }
+            let (key, value) = item.map_err(|e| ReadError::Failed(e.to_string()))?;
+            let value = serde_json::from_slice(&value)
+                .map_err(|e| ReadError::Failed(format!("stored value is not JSON: {e}")))?;
+            out.push((key.to_vec(), value));
         }
-        Ok(Ok(out))
+        Ok(out)
     }
 }
 
-fn running_entry(tasks: &BTreeMap<i32, TaskEntry>, task: i32) -> Result<&TaskEntry, Local> {
+fn running_entry(tasks: &BTreeMap<i32, TaskEntry>, task: i32) -> Result<&TaskEntry, ReadError> {
     match tasks.get(&task) {
         Some(entry) if entry.running => Ok(entry),
-        Some(_) => Err(Local::Restoring),
-        None => Err(Local::Absent),
+        Some(_) => Err(ReadError::Unavailable(Local::Restoring)),
+        None => Err(ReadError::Unavailable(Local::Absent)),
     }
 }
 
@@ -270,20 +277,26 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(state.get(3, "n-latest", b"a1").unwrap_err(), Local::Restoring);
+        assert_eq!(
+            state.get(3, "n-latest", b"a1").unwrap_err(),
+            ReadError::Unavailable(Local::Restoring)
+        );
         let before = state.generation();
         state.started(3);
         assert!(state.generation() > before);
         assert_eq!(state.running(), vec![3]);
         assert_eq!(
-            state.get(3, "n-latest", b"a1").unwrap().unwrap(),
+            state.get(3, "n-latest", b"a1").unwrap(),
             Some(serde_json::json!({"v": 1}))
         );
-        assert_eq!(state.get(3, "n-latest", b"zz").unwrap().unwrap(), None);
-        let scanned = state.scan(3, "n-latest", b"b", 10).unwrap().unwrap();
+        assert_eq!(state.get(3, "n-latest", b"zz").unwrap(), None);
+        let scanned = state.scan(3, "n-latest", b"b", 10).unwrap();
         assert_eq!(scanned.len(), 1);
         assert_eq!(scanned[0].0, b"b1");
-        assert_eq!(state.get(1, "n-latest", b"a1").unwrap_err(), Local::Absent);
+        assert_eq!(
+            state.get(1, "n-latest", b"a1").unwrap_err(),
+            ReadError::Unavailable(Local::Absent)
+        );
         drop(db);
         assert_eq!(state.local(3), Local::Absent);
         // The database closed with the backend: it opens again at once.

@@ -34,7 +34,7 @@ use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode
 use serde_json::{Value, json};
 
 use super::endpoints::Directory;
-use super::{Local, MAX_SCAN_LIMIT, QueryState, QueryableStore, queryable_stores};
+use super::{Local, MAX_SCAN_LIMIT, QueryState, QueryableStore, ReadError, queryable_stores};
 use crate::runtime::RuntimeError;
 use crate::runtime::partitioner::partition_for;
 use crate::topology::Topology;
@@ -178,6 +178,23 @@ fn unavailable(message: impl Into<String>) -> Reply {
     response
 }
 
+/// A request that gets no value: an error answer, built late so that
+/// results stay small.
+enum Refusal {
+    /// `503` with `Retry-After`.
+    Unavailable(String),
+    Status(StatusCode, String),
+}
+
+impl Refusal {
+    fn reply(self) -> Reply {
+        match self {
+            Refusal::Unavailable(message) => unavailable(message),
+            Refusal::Status(status, message) => error(status, message),
+        }
+    }
+}
+
 /// What a request asks of each task.
 #[derive(Clone, Debug)]
 enum Op {
@@ -227,7 +244,10 @@ async fn serve(context: &Context, request: Request<Incoming>) -> Reply {
             let Some(store) = find_store(context, store) else {
                 return unknown_store(context, store);
             };
-            let limit = match params.get("limit").map(|l| String::from_utf8_lossy(l).parse()) {
+            let limit = match params
+                .get("limit")
+                .map(|l| String::from_utf8_lossy(l).parse())
+            {
                 None => DEFAULT_SCAN_LIMIT,
                 Some(Ok(limit)) if (1..=MAX_SCAN_LIMIT).contains(&limit) => limit,
                 Some(_) => {
@@ -244,10 +264,10 @@ async fn serve(context: &Context, request: Request<Incoming>) -> Reply {
             };
             let tasks = match tasks_for(context, store, &op, &params, forwarded) {
                 Ok(tasks) => tasks,
-                Err(reply) => return reply,
+                Err(refusal) => return refusal.reply(),
             };
             match answer(context, store, &op, &tasks, forwarded).await {
-                Err(reply) => reply,
+                Err(refusal) => refusal.reply(),
                 Ok(found) if forwarded => entries(&found),
                 Ok(mut found) => {
                     found.sort_by(|a, b| a.key.cmp(&b.key));
@@ -269,10 +289,10 @@ async fn serve(context: &Context, request: Request<Incoming>) -> Reply {
             let op = Op::Get(key.clone());
             let tasks = match tasks_for(context, store, &op, &params, forwarded) {
                 Ok(tasks) => tasks,
-                Err(reply) => return reply,
+                Err(refusal) => return refusal.reply(),
             };
             match answer(context, store, &op, &tasks, forwarded).await {
-                Err(reply) => reply,
+                Err(refusal) => refusal.reply(),
                 Ok(found) if forwarded => entries(&found),
                 Ok(found) => match found.into_iter().next() {
                     Some(found) => reply(
@@ -355,19 +375,23 @@ fn tasks_for(
     op: &Op,
     params: &BTreeMap<String, Vec<u8>>,
     forwarded: bool,
-) -> Result<Vec<i32>, Reply> {
+) -> Result<Vec<i32>, Refusal> {
     let partitions = context.state.partitions();
     if partitions <= 0 {
-        return Err(unavailable("the instance is starting"));
+        return Err(Refusal::Unavailable("the instance is starting".into()));
     }
     if forwarded {
         let list = String::from_utf8_lossy(params.get("tasks").map_or(&[][..], |t| t));
         return list
             .split(',')
             .filter(|t| !t.is_empty())
-            .map(|t| t.parse::<i32>().ok().filter(|t| (0..partitions).contains(t)))
+            .map(|t| {
+                t.parse::<i32>()
+                    .ok()
+                    .filter(|t| (0..partitions).contains(t))
+            })
             .collect::<Option<Vec<i32>>>()
-            .ok_or_else(|| error(StatusCode::BAD_REQUEST, "bad `tasks` list"));
+            .ok_or_else(|| Refusal::Status(StatusCode::BAD_REQUEST, "bad `tasks` list".into()));
     }
     Ok(match op {
         Op::Get(key) if store.routed => vec![partition_for(key, partitions)],
@@ -382,8 +406,13 @@ async fn answer(
     op: &Op,
     tasks: &[i32],
     forwarded: bool,
-) -> Result<Vec<Found>, Reply> {
-    let view = |value: Value| context.topology.nodes[store.node].kind.spec().query_view(value);
+) -> Result<Vec<Found>, Refusal> {
+    let view = |value: Value| {
+        context.topology.nodes[store.node]
+            .kind
+            .spec()
+            .query_view(value)
+    };
     let mut found = Vec::new();
     let mut remote: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for &task in tasks {
@@ -391,35 +420,39 @@ async fn answer(
             Op::Get(key) => context
                 .state
                 .get(task, &store.name, key)
-                .map(|r| r.map(|v| v.map(|v| vec![(key.clone(), v)]).unwrap_or_default())),
+                .map(|v| v.map(|v| vec![(key.clone(), v)]).unwrap_or_default()),
             Op::Scan { prefix, limit } => context.state.scan(task, &store.name, prefix, *limit),
         };
         match read {
-            Ok(Ok(entries)) => found.extend(entries.into_iter().map(|(key, value)| Found {
+            Ok(entries) => found.extend(entries.into_iter().map(|(key, value)| Found {
                 key: String::from_utf8_lossy(&key).into_owned(),
                 partition: task,
                 value: view(value),
             })),
-            Ok(Err(message)) => {
+            Err(ReadError::Failed(message)) => {
                 tracing::warn!(task, store = %store.name, %message, "A query read failed.");
-                return Err(error(StatusCode::INTERNAL_SERVER_ERROR, message));
+                return Err(Refusal::Status(StatusCode::INTERNAL_SERVER_ERROR, message));
             }
-            Err(Local::Restoring) => {
-                return Err(unavailable(format!("partition {task} is restoring")));
+            Err(ReadError::Unavailable(Local::Restoring)) => {
+                return Err(Refusal::Unavailable(format!(
+                    "partition {task} is restoring"
+                )));
             }
-            Err(_) if forwarded => {
-                return Err(unavailable(format!(
+            Err(ReadError::Unavailable(_)) if forwarded => {
+                return Err(Refusal::Unavailable(format!(
                     "partition {task} does not run on this instance (it moved)"
                 )));
             }
-            Err(_) => match context.directory.owner(task, &context.instance) {
-                Some(address) => remote.entry(address).or_default().push(task),
-                None => {
-                    return Err(unavailable(format!(
-                        "partition {task} runs on no instance right now (rebalancing or restoring)"
-                    )));
+            Err(ReadError::Unavailable(_)) => {
+                match context.directory.owner(task, &context.instance) {
+                    Some(address) => remote.entry(address).or_default().push(task),
+                    None => {
+                        return Err(Refusal::Unavailable(format!(
+                            "partition {task} runs on no instance right now (rebalancing or restoring)"
+                        )));
+                    }
                 }
-            },
+            }
         }
         if matches!(op, Op::Get(_)) && !found.is_empty() {
             return Ok(found);
@@ -438,8 +471,9 @@ async fn forward(
     store: &QueryableStore,
     op: &Op,
     tasks: &[i32],
-) -> Result<Vec<Found>, Reply> {
-    let enc = |b: &[u8]| utf8_percent_encode(&String::from_utf8_lossy(b), NON_ALPHANUMERIC).to_string();
+) -> Result<Vec<Found>, Refusal> {
+    let enc =
+        |b: &[u8]| utf8_percent_encode(&String::from_utf8_lossy(b), NON_ALPHANUMERIC).to_string();
     let list: Vec<String> = tasks.iter().map(i32::to_string).collect();
     let path = match op {
         Op::Get(key) => format!(
@@ -457,7 +491,7 @@ async fn forward(
     };
     let failed = |why: String| {
         tracing::debug!(%address, %why, "A forwarded query failed.");
-        unavailable(format!(
+        Refusal::Unavailable(format!(
             "the owner of partitions {tasks:?} ({address}) did not answer: {why}"
         ))
     };
@@ -482,7 +516,7 @@ async fn forward(
     if status != StatusCode::OK {
         let message = body["error"].as_str().unwrap_or("no reason").to_string();
         return Err(if status == StatusCode::SERVICE_UNAVAILABLE {
-            unavailable(message)
+            Refusal::Unavailable(message)
         } else {
             failed(format!("{status}: {message}"))
         });
@@ -492,7 +526,10 @@ async fn forward(
         .into_iter()
         .map(|mut e| Found {
             key: e["key"].as_str().unwrap_or_default().to_string(),
-            partition: e["partition"].as_i64().and_then(|p| i32::try_from(p).ok()).unwrap_or(-1),
+            partition: e["partition"]
+                .as_i64()
+                .and_then(|p| i32::try_from(p).ok())
+                .unwrap_or(-1),
             value: e["value"].take(),
         })
         .collect())
@@ -516,7 +553,9 @@ mod tests {
 
     #[test]
     fn query_strings_decode() {
-        let uri: Uri = "/v1/stores/a?prefix=q%2F1+x&limit=5&tasks=0,2".parse().unwrap();
+        let uri: Uri = "/v1/stores/a?prefix=q%2F1+x&limit=5&tasks=0,2"
+            .parse()
+            .unwrap();
         let params = query_params(&uri);
         assert_eq!(params["prefix"], b"q/1 x");
         assert_eq!(params["limit"], b"5");
