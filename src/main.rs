@@ -284,6 +284,26 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                         if let Some(security) = &t.kafka.security {
                             println!("  kafka security: {}", security.summary());
                         }
+                        if let Some(addr) = t.queries.addr {
+                            let stores: Vec<String> =
+                                streamfold::runtime::query::queryable_stores(&t)
+                                    .into_iter()
+                                    .map(|s| s.name)
+                                    .collect();
+                            println!(
+                                "  queries: http://{addr}/v1/stores{} ({})",
+                                t.queries
+                                    .advertised_addr
+                                    .as_ref()
+                                    .map(|a| format!(", advertised as {a}"))
+                                    .unwrap_or_default(),
+                                if stores.is_empty() {
+                                    "no queryable store".to_string()
+                                } else {
+                                    stores.join(", ")
+                                }
+                            );
+                        }
                     }
                     None => failed = true,
                 }

@@ -124,11 +124,15 @@ impl Queries {
             Arc::clone(&directory),
         );
         let server = query::server::QueryServer::start(addr, context)?;
-        let advertised = match &options.query_advertised_addr {
+        let advertised = match options
+            .query_advertised_addr
+            .as_ref()
+            .or(topology.queries.advertised_addr.as_ref())
+        {
             Some(address) => address.clone(),
             None if server.addr.ip().is_unspecified() => {
                 return Err(RuntimeError::Startup(format!(
-                    "--query-addr {addr} is a wildcard address other instances cannot reach; set --query-advertised-addr HOST:PORT"
+                    "the query address {addr} is a wildcard address other instances cannot reach; set --query-advertised-addr HOST:PORT (or queries.advertised_addr)"
                 )));
             }
             None => server.addr.to_string(),

@@ -549,7 +549,116 @@ fn entries(found: &[Found]) -> Reply {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+
     use super::*;
+    use crate::state::rocks::RocksBackend;
+    use crate::state::{RawWrite, StateBackend};
+
+    const TOPOLOGY: &str = "
+name: q
+kafka: { bootstrap_servers: 'unused:9092' }
+sources:
+  updates: { topic: updates }
+nodes:
+  by_id:
+    type: ordered
+    input: updates
+    key_by: /id
+    order_by: /seq
+sinks:
+  latest: { topic: latest, input: by_id }
+";
+
+    /// `GET path` on `addr`: status, whether `Retry-After: 1` came, body.
+    fn get(addr: SocketAddr, path: &str, forwarded: bool) -> (u16, bool, Value) {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        let extra = if forwarded {
+            "x-streamfold-forwarded: t\r\n"
+        } else {
+            ""
+        };
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: x\r\n{extra}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let status = head[9..12].parse().unwrap();
+        let retry = head.to_lowercase().contains("retry-after: 1");
+        (
+            status,
+            retry,
+            serde_json::from_str(body).unwrap_or(Value::Null),
+        )
+    }
+
+    #[test]
+    fn a_restoring_or_unowned_task_answers_503_and_a_running_one_its_committed_value() {
+        let topology = Arc::new(crate::topology::load_str("q.yaml", TOPOLOGY, &|_| None).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let stores: Vec<String> = topology.stores().map(|s| s.name.clone()).collect();
+        let mut backend = RocksBackend::open(dir.path(), &stores).unwrap();
+        // Two partitions; find a key of each.
+        let key_of = |task: i32| {
+            (0..)
+                .map(|i| format!("k{i}"))
+                .find(|k| partition_for(k.as_bytes(), 2) == task)
+                .unwrap()
+        };
+        let (mine, theirs) = (key_of(0), key_of(1));
+        backend
+            .apply(
+                &[RawWrite {
+                    store: 0,
+                    key: mine.as_bytes().into(),
+                    value: Some(
+                        br#"{"version":{"order":1},"value":{"n":1},"clock":1}"#
+                            .as_slice()
+                            .into(),
+                    ),
+                }],
+                &[],
+            )
+            .unwrap();
+        let state = QueryState::new();
+        state.set_partitions(2);
+        state.opened(0, backend.shared());
+        let context = Context::new(
+            Arc::clone(&topology),
+            "a".into(),
+            Arc::clone(&state),
+            Arc::new(Directory::default()),
+        );
+        let server = QueryServer::start("127.0.0.1:0".parse().unwrap(), context).unwrap();
+        let path = |key: &str| format!("/v1/stores/by_id-latest/keys/{key}");
+
+        let (status, retry, _) = get(server.addr, &path(&mine), false);
+        assert_eq!((status, retry), (503, true), "restoring");
+        state.started(0);
+        let (status, _, body) = get(server.addr, &path(&mine), false);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["value"]["value"], json!({"n": 1}));
+        assert_eq!(body["partition"], json!(0));
+        let (status, _, _) = get(server.addr, &path("nobody-at-all"), false);
+        assert!(status == 404 || status == 503, "{status}");
+        // Partition 1 runs nowhere this instance knows of.
+        let (status, retry, body) = get(server.addr, &path(&theirs), false);
+        assert_eq!((status, retry), (503, true), "{body}");
+        // A forwarded request for a task not running here is never
+        // forwarded again.
+        let (status, retry, _) = get(server.addr, &format!("{}?tasks=1", path(&theirs)), true);
+        assert_eq!((status, retry), (503, true));
+        let (status, _, body) = get(server.addr, &format!("{}?tasks=0", path(&mine)), true);
+        assert_eq!(status, 200);
+        assert_eq!(body["entries"][0]["key"], json!(mine));
+        let (status, _, body) = get(server.addr, "/v1/stores/nope/keys/x", false);
+        assert_eq!(status, 404);
+        assert_eq!(body["stores"], json!(["by_id-latest"]));
+        server.stop();
+    }
 
     #[test]
     fn query_strings_decode() {
