@@ -389,3 +389,34 @@ fn check_round(addrs: &[&str]) -> usize {
     }
     unavailable
 }
+
+#[test]
+fn a_killed_instance_is_answered_for_with_503_until_its_tasks_run_elsewhere() {
+    let _serial = serial();
+    let setup = Setup::new("kill");
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = App::start(&setup.config("a", port_a), setup.dir.path());
+    let b = App::start(&setup.config("b", port_b), setup.dir.path());
+    let (addr_a, addr_b) = (format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}"));
+    wait_running(&[&a, &b], 4.0);
+    setup.produce_all(&a);
+    all_keys_answer(&[&addr_a, &addr_b], Duration::from_secs(60));
+
+    // b dies without withdrawing its endpoint entry: a forwards to an
+    // address that refuses connections (503) until the group gives a b's
+    // tasks (after the session timeout) and they restore.
+    b.kill();
+    let unavailable = all_keys_answer(&[&addr_a], Duration::from_secs(120));
+    assert!(
+        unavailable > 0,
+        "keys of the dead instance's tasks cannot be answered before the session times out"
+    );
+    assert_eq!(a.metric("streamfold_runtime_tasks_running"), 4.0);
+
+    // b comes back on its state: both answer every key again.
+    let b = App::start(&setup.config("b", port_b), setup.dir.path());
+    wait_running(&[&a, &b], 4.0);
+    all_keys_answer(&[&addr_a, &addr_b], Duration::from_secs(120));
+    a.stop();
+    b.stop();
+}
