@@ -420,3 +420,84 @@ fn a_killed_instance_is_answered_for_with_503_until_its_tasks_run_elsewhere() {
     a.stop();
     b.stop();
 }
+
+#[test]
+fn projection_read_models_are_served_as_entity_and_version_from_either_instance() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-q-feed");
+    let source = unique("feed-events");
+    create_topic(&source, 4);
+    let env = vec![
+        ("STREAMFOLD_APP".to_string(), app.clone()),
+        ("FEED_EVENTS_TOPIC".to_string(), source.clone()),
+        ("QUESTIONS_TOPIC".to_string(), unique("questions")),
+        ("THANKS_TOPIC".to_string(), unique("thanks")),
+        ("OTHER_EVENTS_TOPIC".to_string(), unique("other")),
+        ("DEAD_LETTER_TOPIC".to_string(), unique("dlq")),
+    ];
+    let config = |instance: &str, port: u16| AppConfig {
+        topology: repo().join("topologies/question-feed.yaml"),
+        instance: instance.into(),
+        state_dir: dir.path().join(format!("state-{instance}")),
+        env: env.clone(),
+        txn_header: false,
+        args: vec!["--query-addr".into(), format!("127.0.0.1:{port}")],
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = App::start(&config("a", port_a), dir.path());
+    let b = App::start(&config("b", port_b), dir.path());
+    wait_running(&[&a, &b], 4.0);
+
+    // Per question: created, two answers, an edit — sent edit first, so
+    // the projection re-folds in order.
+    let questions = 60;
+    let producer = TestProducer::new();
+    for q in 0..questions {
+        let id = format!("q-{q:03}");
+        let events = [
+            json!({"type": "QuestionEdited", "sequence": 4, "title": format!("How {q}?")}),
+            json!({"type": "QuestionCreated", "sequence": 1, "title": "draft", "author": format!("u{q}")}),
+            json!({"type": "AnswerAdded", "sequence": 2}),
+            json!({"type": "AnswerAdded", "sequence": 3}),
+        ];
+        for mut event in events {
+            let seq = event["sequence"].as_i64().unwrap();
+            event["question_id"] = json!(id);
+            event["event_id"] = json!(format!("{id}-e{seq}"));
+            producer.send_json(&source, &id, &event);
+        }
+    }
+    producer.flush();
+    let end = producer.ends(&source, 4);
+    wait_committed_to(&a, &app, &source, &end, Duration::from_secs(180));
+
+    for addr in [format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}")] {
+        for q in 0..questions {
+            let id = format!("q-{q:03}");
+            let path = format!("/v1/stores/project_question-entities/keys/{id}");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let answer = loop {
+                let answer = get(&addr, &path);
+                if answer.status != 503 {
+                    break answer;
+                }
+                assert!(Instant::now() < deadline, "{addr}{path} stays unavailable");
+                std::thread::sleep(Duration::from_millis(200));
+            };
+            assert_eq!(answer.status, 200, "{addr}{path}: {}", answer.body);
+            let value = &answer.body["value"];
+            assert_eq!(value["version"], json!(4), "{value}");
+            assert_eq!(value["entity"]["title"], json!(format!("How {q}?")));
+            assert_eq!(value["entity"]["author"], json!(format!("u{q}")));
+            assert_eq!(value["entity"]["answers"], json!(2));
+            assert_eq!(value["entity"]["is_deleted"], json!(false));
+            assert!(
+                value.get("last").is_none(),
+                "internals stay hidden: {value}"
+            );
+        }
+    }
+    a.stop();
+    b.stop();
+}
