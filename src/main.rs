@@ -51,6 +51,19 @@ enum Command {
         /// Serve Prometheus metrics on this address (`0.0.0.0:9464`).
         #[arg(long, env = "STREAMFOLD_METRICS_ADDR")]
         metrics_addr: Option<SocketAddr>,
+        /// Serve interactive queries of the stores' committed state on this
+        /// address (`0.0.0.0:8080`; see docs/queries.md). Off by default.
+        #[arg(long, env = "STREAMFOLD_QUERY_ADDR")]
+        query_addr: Option<SocketAddr>,
+        /// The `host:port` other instances use to reach this one's query
+        /// server (advertised on `<app>-query-endpoints`); defaults to
+        /// `--query-addr`, which must then not be a wildcard address.
+        #[arg(
+            long,
+            env = "STREAMFOLD_QUERY_ADVERTISED_ADDR",
+            requires = "query_addr"
+        )]
+        query_advertised_addr: Option<String>,
         /// Any librdkafka property, applied last: `-X linger.ms=10`.
         #[arg(short = 'X', value_parser = parse_property)]
         property: Vec<(String, String)>,
@@ -209,6 +222,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             instance_id,
             state_dir,
             metrics_addr,
+            query_addr,
+            query_advertised_addr,
             property,
             txn_header,
             txn_journal,
@@ -235,6 +250,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     faults: inject_fault,
                 },
                 metrics_addr,
+                query_addr,
+                query_advertised_addr,
             };
             let admin = streamfold::runtime::config::admin_config(&t, &options);
             if streamfold::runtime::admin::wait_for_sources(&t, &admin, &shutdown)?
@@ -266,6 +283,26 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                         // Shows that `${VAR}`s resolved, passwords masked.
                         if let Some(security) = &t.kafka.security {
                             println!("  kafka security: {}", security.summary());
+                        }
+                        if let Some(addr) = t.queries.addr {
+                            let stores: Vec<String> =
+                                streamfold::runtime::query::queryable_stores(&t)
+                                    .into_iter()
+                                    .map(|s| s.name)
+                                    .collect();
+                            println!(
+                                "  queries: http://{addr}/v1/stores{} ({})",
+                                t.queries
+                                    .advertised_addr
+                                    .as_ref()
+                                    .map(|a| format!(", advertised as {a}"))
+                                    .unwrap_or_default(),
+                                if stores.is_empty() {
+                                    "no queryable store".to_string()
+                                } else {
+                                    stores.join(", ")
+                                }
+                            );
                         }
                     }
                     None => failed = true,

@@ -223,6 +223,7 @@ fn the_schema_documents_every_field() {
         "nodes",
         "sinks",
         "dead_letter",
+        "queries",
     ] {
         let description = properties[field]["description"]
             .as_str()
@@ -230,6 +231,15 @@ fn the_schema_documents_every_field() {
         assert!(
             !description.is_empty(),
             "top-level `{field}` has no description"
+        );
+    }
+    for field in ["addr", "advertised_addr"] {
+        let description = schema["$defs"]["QueriesConfig"]["properties"][field]["description"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            !description.is_empty(),
+            "queries `{field}` has no description"
         );
     }
     assert_eq!(
@@ -256,4 +266,63 @@ fn the_schema_documents_every_field() {
             "fold `{field}` has no description:\n{fold}"
         );
     }
+}
+
+#[test]
+fn describe_and_check_show_the_query_api_and_its_settings() {
+    let output = streamfold(&["describe", "topologies/question-feed.yaml"]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    for line in [
+        "queries\n  off (set queries.addr or run --query-addr HOST:PORT)\n",
+        "GET /v1/stores/project_question-entities/keys/<key>",
+        "GET /v1/stores/thanks_totals-latest/keys/<key>",
+        "question-feed-query-endpoints",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing from\n{stdout}");
+    }
+    assert!(
+        !stdout.contains("dedup_events-seen/keys"),
+        "dedup ids are internal:\n{stdout}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let source = std::fs::read_to_string(root().join("topologies/question-feed.yaml")).unwrap();
+    let file = dir.path().join("served.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "{source}\nqueries:\n  addr: 0.0.0.0:8080\n  advertised_addr: feed-0.internal:8080\n"
+        ),
+    )
+    .unwrap();
+    let file = file.to_string_lossy().into_owned();
+    let check = streamfold(&["check", &file]);
+    let stdout = text(&check.stdout);
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    assert!(
+        stdout.contains(
+            "  queries: http://0.0.0.0:8080/v1/stores, advertised as feed-0.internal:8080 \
+             (project_question-entities, thanks_totals-latest)"
+        ),
+        "{stdout}"
+    );
+    let described = text(&streamfold(&["describe", &file]).stdout);
+    assert!(
+        described.contains("served on http://0.0.0.0:8080 (advertised as feed-0.internal:8080)"),
+        "{described}"
+    );
+
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        format!("{source}\nqueries:\n  addr: everywhere\n"),
+    )
+    .unwrap();
+    let bad = streamfold(&["check", &dir.path().join("bad.yaml").to_string_lossy()]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        text(&bad.stderr).contains("queries.addr"),
+        "{}",
+        text(&bad.stderr)
+    );
 }

@@ -210,6 +210,11 @@ impl FoldConfig {
 }
 
 impl OperatorSpec for FoldConfig {
+    /// Open folds: what each key has accumulated so far.
+    fn queryable_store(&self) -> Option<&'static str> {
+        Some("open")
+    }
+
     fn stores(&self) -> &'static [&'static str] {
         &["open"]
     }

@@ -182,6 +182,18 @@ pub trait OperatorSpec {
         &[]
     }
 
+    /// The store `run --query-addr` serves (short name, one of
+    /// [`OperatorSpec::stores`]): the operator's result per key.
+    fn queryable_store(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// How a value of the queryable store reads over HTTP, from its stored
+    /// JSON. The stored form by default.
+    fn query_view(&self, stored: serde_json::Value) -> serde_json::Value {
+        stored
+    }
+
     /// Whether the operator sets timers (adds the store `<node>-timers`).
     fn uses_timers(&self) -> bool {
         false

@@ -96,6 +96,11 @@ pub struct OrderedConfig {
 }
 
 impl OperatorSpec for OrderedConfig {
+    /// The newest state per key.
+    fn queryable_store(&self) -> Option<&'static str> {
+        Some("latest")
+    }
+
     fn stores(&self) -> &'static [&'static str] {
         &["latest"]
     }

@@ -150,6 +150,19 @@ impl ProjectionConfig {
 }
 
 impl OperatorSpec for ProjectionConfig {
+    /// The read model per entity.
+    fn queryable_store(&self) -> Option<&'static str> {
+        Some("entities")
+    }
+
+    /// The entity and its version; where its last event sat is internal.
+    fn query_view(&self, mut stored: Value) -> Value {
+        if let Some(object) = stored.as_object_mut() {
+            object.remove("last");
+        }
+        stored
+    }
+
     fn stores(&self) -> &'static [&'static str] {
         if self.snapshot_every.is_some() {
             &["entities", "events", "ids", "snapshots"]

@@ -156,6 +156,11 @@ impl RollupConfig {
 }
 
 impl OperatorSpec for RollupConfig {
+    /// Checkpoints: each counter's value as of its last rollup.
+    fn queryable_store(&self) -> Option<&'static str> {
+        Some("checkpoints")
+    }
+
     fn stores(&self) -> &'static [&'static str] {
         &["checkpoints", "events", "queue"]
     }

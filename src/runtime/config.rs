@@ -26,6 +26,11 @@ pub struct RunOptions {
     pub hooks: super::commit::TestHooks,
     /// Serve Prometheus metrics here.
     pub metrics_addr: Option<SocketAddr>,
+    /// Serve interactive queries here (`docs/queries.md`).
+    pub query_addr: Option<SocketAddr>,
+    /// The address other instances forward queries to (`host:port`);
+    /// `query_addr` by default.
+    pub query_advertised_addr: Option<String>,
 }
 
 /// The default instance id: this host's name.

@@ -40,7 +40,7 @@ use super::config::{self, RunOptions};
 use super::partitioner::partition_for;
 use super::restore::Restorer;
 use super::task::{DeadLetterAt, Output, Routing, Task, Upstream};
-use super::{RuntimeError, admin};
+use super::{RuntimeError, admin, query};
 use crate::formats::{CodecError, Codecs, json};
 use crate::record::{Origin, Record};
 use crate::state::rocks::RocksBackend;
@@ -81,9 +81,94 @@ pub fn run(
         guarantee = ?topology.processing.guarantee,
         "Starting."
     );
+    let queries = match options.query_addr {
+        Some(addr) => Some(Queries::start(
+            &topology,
+            &options,
+            addr,
+            layout.partitions,
+        )?),
+        None => None,
+    };
+    let query_state = queries.as_ref().map(|q| Arc::clone(&q.state));
+    let result = run_members(&topology, &options, &layout, &shutdown, query_state);
+    if let Some(queries) = queries {
+        queries.stop();
+    }
+    result
+}
+
+/// The query server and the endpoint advertiser of `--query-addr`.
+struct Queries {
+    state: Arc<query::QueryState>,
+    server: query::server::QueryServer,
+    advertiser: query::endpoints::Advertiser,
+}
+
+impl Queries {
+    fn start(
+        topology: &Arc<Topology>,
+        options: &RunOptions,
+        addr: std::net::SocketAddr,
+        partitions: i32,
+    ) -> Result<Queries, RuntimeError> {
+        let config = config::admin_config(topology, options);
+        query::endpoints::ensure_topic(&config, &topology.name)?;
+        let state = query::QueryState::new();
+        state.set_partitions(partitions);
+        let directory = Arc::new(query::endpoints::Directory::default());
+        let context = query::server::Context::new(
+            Arc::clone(topology),
+            options.instance_id.clone(),
+            Arc::clone(&state),
+            Arc::clone(&directory),
+        );
+        let server = query::server::QueryServer::start(addr, context)?;
+        let advertised = match options
+            .query_advertised_addr
+            .as_ref()
+            .or(topology.queries.advertised_addr.as_ref())
+        {
+            Some(address) => address.clone(),
+            None if server.addr.ip().is_unspecified() => {
+                return Err(RuntimeError::Startup(format!(
+                    "the query address {addr} is a wildcard address other instances cannot reach; set --query-advertised-addr HOST:PORT (or queries.advertised_addr)"
+                )));
+            }
+            None => server.addr.to_string(),
+        };
+        let advertiser = query::endpoints::Advertiser::start(
+            &config,
+            &topology.name,
+            options.instance_id.clone(),
+            advertised,
+            Arc::clone(&state),
+            directory,
+        )?;
+        Ok(Queries {
+            state,
+            server,
+            advertiser,
+        })
+    }
+
+    fn stop(self) {
+        self.advertiser.stop();
+        self.server.stop();
+    }
+}
+
+/// Group memberships until shutdown or a fatal error.
+fn run_members(
+    topology: &Arc<Topology>,
+    options: &RunOptions,
+    layout: &Layout,
+    shutdown: &AtomicBool,
+    queries: Option<Arc<query::QueryState>>,
+) -> Result<(), RuntimeError> {
     let mut failures: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
     loop {
-        match run_member(&topology, &options, &layout, &shutdown) {
+        match run_member(topology, options, layout, shutdown, queries.clone()) {
             Err(RuntimeError::Commit(CommitError::Fatal(reason)))
                 if !shutdown.load(Ordering::Relaxed) =>
             {
@@ -123,6 +208,7 @@ fn run_member(
     options: &RunOptions,
     layout: &Layout,
     shutdown: &AtomicBool,
+    queries: Option<Arc<query::QueryState>>,
 ) -> Result<(), RuntimeError> {
     let exactly_once = topology.processing.guarantee == Guarantee::ExactlyOnce;
     let txn = Transactions::new(
@@ -143,7 +229,8 @@ fn run_member(
         &changelogs,
     )?;
     let codecs = Codecs::new(topology).map_err(|e| RuntimeError::Startup(e.to_string()))?;
-    let engine = Engine::new(Arc::clone(topology), options, layout, codecs, txn, restorer);
+    let mut engine = Engine::new(Arc::clone(topology), options, layout, codecs, txn, restorer);
+    engine.queries = queries;
     let context = EngineContext {
         engine: Mutex::new(engine),
         app: topology.name.clone(),
@@ -351,9 +438,11 @@ struct Engine {
     next_offsets_fetch: Instant,
     next_offsets_warning: Instant,
     fatal: Option<RuntimeError>,
+    /// Shared with the query server (`--query-addr`).
+    queries: Option<Arc<query::QueryState>>,
 }
 
-fn wall_clock_ms() -> i64 {
+pub(crate) fn wall_clock_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -426,6 +515,7 @@ impl Engine {
             next_offsets_fetch: now,
             next_offsets_warning: now,
             fatal: None,
+            queries: None,
             topology,
         }
     }
@@ -602,7 +692,15 @@ impl Engine {
     fn open_state(&self, task: i32) -> Result<Task, RuntimeError> {
         let stores: Vec<String> = self.topology.stores().map(|s| s.name.clone()).collect();
         let path = self.state_root.join(task.to_string());
-        let backend = RocksBackend::open(&path, &stores)?;
+        let mut backend = RocksBackend::open(&path, &stores)?;
+        if let Some(queries) = &self.queries {
+            // Restoring until the task starts; gone before the database
+            // closes, whatever closes it (revocation, wipe, shutdown).
+            let db = backend.shared();
+            queries.opened(task, Arc::clone(&db));
+            let queries = Arc::clone(queries);
+            backend.on_close(Box::new(move || queries.closing(task, &db)));
+        }
         Ok(Task::new(
             Arc::clone(&self.topology),
             Box::new(backend),
@@ -687,6 +785,9 @@ impl Engine {
             )?;
         }
         slot.running = true;
+        if let Some(queries) = &self.queries {
+            queries.started(task);
+        }
         let partitions = self.partitions_of(&[task]);
         consumer.resume(&partitions)?;
         tracing::info!(task, "Task running.");

@@ -18,6 +18,7 @@ pub mod connect;
 pub mod engine;
 pub mod limits;
 pub mod partitioner;
+pub mod query;
 pub mod replay;
 pub mod restore;
 pub mod task;

@@ -4,6 +4,7 @@
 
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, ReadOptions,
@@ -15,9 +16,12 @@ use super::{RawIter, RawWrite, StateBackend, StateError};
 const META_PREFIX: &[u8] = b"streamfold.meta/";
 
 pub struct RocksBackend {
-    db: DB,
+    /// Shared with the query server (`run --query-addr`), which reads
+    /// committed state from its own threads; see [`RocksBackend::on_close`].
+    db: Arc<DB>,
     stores: Vec<String>,
     path: PathBuf,
+    on_close: Option<Box<dyn FnOnce() + Send>>,
 }
 
 fn backend_error(path: &Path, e: rocksdb::Error) -> StateError {
@@ -52,10 +56,25 @@ impl RocksBackend {
             db.drop_cf(stale).map_err(|e| backend_error(path, e))?;
         }
         Ok(RocksBackend {
-            db,
+            db: Arc::new(db),
             stores: stores.to_vec(),
             path: path.to_path_buf(),
+            on_close: None,
         })
+    }
+
+    /// The database, for readers on other threads. RocksDB only ever
+    /// holds committed state (pending writes live in the overlay), so a
+    /// reader never sees an uncommitted value.
+    pub fn shared(&self) -> Arc<DB> {
+        Arc::clone(&self.db)
+    }
+
+    /// Runs `hook` when the backend closes, before the database does: the
+    /// query server drops its handles there (and waits for reads in
+    /// flight), so the files can be wiped or reopened right after.
+    pub fn on_close(&mut self, hook: Box<dyn FnOnce() + Send>) {
+        self.on_close = Some(hook);
     }
 
     fn cf(&self, store: usize) -> Result<&ColumnFamily, StateError> {
@@ -63,6 +82,14 @@ impl RocksBackend {
             .get(store)
             .and_then(|name| self.db.cf_handle(name))
             .ok_or_else(|| StateError::Backend(format!("no column family for store #{store}")))
+    }
+}
+
+impl Drop for RocksBackend {
+    fn drop(&mut self) {
+        if let Some(hook) = self.on_close.take() {
+            hook();
+        }
     }
 }
 

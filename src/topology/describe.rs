@@ -103,6 +103,7 @@ fn text(t: &Topology) -> String {
             inputs.join(", ")
         );
     }
+    queries(&mut out, t);
     let _ = writeln!(out, "\ninternal topics");
     for store in t.stores() {
         let _ = writeln!(
@@ -117,7 +118,50 @@ fn text(t: &Topology) -> String {
         }
     }
     let _ = writeln!(out, "  {:<48} dead letters", t.dead_letter_topic);
+    if !queryable(t).is_empty() {
+        let _ = writeln!(
+            out,
+            "  {:<48} query endpoints (compacted; when queries are served)",
+            format!("{}-query-endpoints", t.name)
+        );
+    }
     out
+}
+
+/// `(store, node)` of every store the query API serves.
+fn queryable(t: &Topology) -> Vec<(String, &str)> {
+    t.nodes
+        .iter()
+        .filter_map(|n| {
+            let store = n.kind.spec().queryable_store()?;
+            Some((format!("{}-{store}", n.name), n.name.as_str()))
+        })
+        .collect()
+}
+
+/// Where interactive queries are served and which stores answer.
+fn queries(out: &mut String, t: &Topology) {
+    let stores = queryable(t);
+    if stores.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nqueries");
+    let served = match (&t.queries.addr, &t.queries.advertised_addr) {
+        (Some(addr), Some(advertised)) => {
+            format!("served on http://{addr} (advertised as {advertised})")
+        }
+        (Some(addr), None) => format!("served on http://{addr}"),
+        (None, _) => "off (set queries.addr or run --query-addr HOST:PORT)".to_string(),
+    };
+    let _ = writeln!(out, "  {served}");
+    let _ = writeln!(out, "  {:<22} GET /v1/stores", "list");
+    for (store, _) in &stores {
+        let _ = writeln!(
+            out,
+            "  {:<22} GET /v1/stores/{store}/keys/<key>, /v1/stores/{store}?prefix=",
+            store
+        );
+    }
 }
 
 /// The connection settings, credentials masked.

@@ -28,7 +28,7 @@ use std::path::Path as FsPath;
 use de::{DeError, Path, from_node, unknown_name};
 use model::{
     DeadLetterConfig, Format, KafkaConfig, KeyFormat, NODE_COMMON_FIELDS, NodeCommon,
-    ProcessingConfig, SchemaRegistryConfig, SinkConfig, SourceConfig,
+    ProcessingConfig, QueriesConfig, SchemaRegistryConfig, SinkConfig, SourceConfig,
 };
 use types::InputRef;
 use yaml::{Kind, Node as YamlNode, Pos};
@@ -86,6 +86,8 @@ pub struct Topology {
     pub dead_letter_topic: String,
     /// The schema registry of `avro` sources and sinks.
     pub schema_registry: Option<SchemaRegistryConfig>,
+    /// Interactive queries (`run --query-addr` overrides).
+    pub queries: QueriesConfig,
     /// Node indexes, each after every node that feeds it.
     pub order: Vec<usize>,
     /// What `check` warns about: the topology runs, but maybe not as meant.
@@ -364,6 +366,7 @@ struct Parsed {
     sinks: Vec<(String, Option<SinkConfig>)>,
     dead_letter: Option<Option<DeadLetterConfig>>,
     schema_registry: Option<Option<SchemaRegistryConfig>>,
+    queries: Option<QueriesConfig>,
     /// Whether everything parsed.
     complete: bool,
 }
@@ -378,6 +381,7 @@ const TOP_LEVEL: &[&str] = &[
     "sinks",
     "dead_letter",
     "schema_registry",
+    "queries",
 ];
 
 struct Loader {
@@ -504,6 +508,10 @@ impl Loader {
                 .map(Some),
             None => Some(None),
         };
+        let queries = match root.get("queries") {
+            Some(n) => self.read::<QueriesConfig>(n, &top.key("queries")),
+            None => Some(QueriesConfig::default()),
+        };
         let sources = root
             .get("sources")
             .map(|n| self.section(n, "sources", |l, node, path| l.read(node, path)))
@@ -532,6 +540,7 @@ impl Loader {
             sinks,
             dead_letter,
             schema_registry,
+            queries,
             complete: self.diagnostics.len() == errors_before,
         })
     }
@@ -971,6 +980,7 @@ impl Loader {
             sinks,
             dead_letter: Some(dead_letter),
             schema_registry: Some(schema_registry),
+            queries: Some(queries),
             ..
         } = parsed
         else {
@@ -988,6 +998,7 @@ impl Loader {
             sinks: Vec::new(),
             dead_letter_topic: dead_letter.map_or_else(|| format!("{app}-dlq"), |d| d.topic),
             schema_registry,
+            queries,
             order,
             warnings: Vec::new(),
         };

@@ -46,6 +46,26 @@ pub struct TopologyFile {
     /// sinks. Required when any of them uses Avro.
     #[serde(default)]
     pub schema_registry: Option<SchemaRegistryConfig>,
+    /// Interactive queries: serve the stores' committed state over HTTP
+    /// (see docs/queries.md). Off unless `addr` or `run --query-addr` is
+    /// set.
+    #[serde(default)]
+    pub queries: Option<QueriesConfig>,
+}
+
+/// Where `run` serves interactive queries. `run --query-addr` and
+/// `--query-advertised-addr` override these.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct QueriesConfig {
+    /// `IP:PORT` to serve `GET /v1/stores/...` on, e.g. `0.0.0.0:8080`.
+    #[serde(default)]
+    pub addr: Option<std::net::SocketAddr>,
+    /// `host:port` the other instances forward queries to, when `addr` is
+    /// a wildcard address (`0.0.0.0`) they cannot reach. Defaults to
+    /// `addr`.
+    #[serde(default)]
+    pub advertised_addr: Option<String>,
 }
 
 /// Connection to Kafka. Values may use `${VAR}` or `${VAR:-default}`.

@@ -1,0 +1,226 @@
+//! Which instance runs which task, and where it answers queries.
+//!
+//! Each instance with `--query-addr` writes `instance id → {address,
+//! running tasks}` to the compacted, one-partition topic
+//! `<app>-query-endpoints` whenever its running tasks change (and every
+//! [`REFRESH`], and with no tasks when it stops), and tails the topic from
+//! the beginning. The group protocol cannot carry it: rust-rdkafka exposes
+//! no member metadata of our own.
+//!
+//! An entry may be stale for a moment (a task moved and its new owner has
+//! not published yet): a request forwarded to an instance that does not
+//! run the task is answered `503`, never with another instance's value.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::Message;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaErrorCode;
+use serde::{Deserialize, Serialize};
+
+use super::QueryState;
+use crate::runtime::RuntimeError;
+
+/// How often an instance republishes its entry even when nothing changed.
+pub const REFRESH: Duration = Duration::from_secs(30);
+
+/// The directory topic of app `app`.
+pub fn topic(app: &str) -> String {
+    format!("{app}-query-endpoints")
+}
+
+/// One instance's entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// Where the instance answers queries (`host:port`).
+    pub address: String,
+    /// Tasks it runs (restoring ones are not listed).
+    pub running: Vec<i32>,
+    /// When it was published (ms since the epoch): of two claims on a
+    /// task, the newer is the task's current owner (the older may be an
+    /// instance that died without withdrawing its entry).
+    pub at: i64,
+}
+
+/// The other instances' entries, by instance id.
+#[derive(Default)]
+pub struct Directory {
+    entries: RwLock<HashMap<String, Endpoint>>,
+}
+
+impl Directory {
+    /// The address of another instance that runs `task`.
+    pub fn owner(&self, task: i32, me: &str) -> Option<String> {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        entries
+            .iter()
+            .filter(|(id, e)| id.as_str() != me && e.running.contains(&task))
+            .max_by_key(|(id, e)| (e.at, id.as_str()))
+            .map(|(_, e)| e.address.clone())
+    }
+
+    fn set(&self, instance: String, endpoint: Option<Endpoint>) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        match endpoint {
+            Some(endpoint) => entries.insert(instance, endpoint),
+            None => entries.remove(&instance),
+        };
+    }
+}
+
+/// Creates the directory topic if it is missing.
+pub fn ensure_topic(config: &ClientConfig, app: &str) -> Result<(), RuntimeError> {
+    let admin: AdminClient<DefaultClientContext> = config.create()?;
+    let name = topic(app);
+    let new = NewTopic::new(&name, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::Startup(format!("cannot start the admin runtime: {e}")))?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for result in runtime.block_on(admin.create_topics(&[new], &options))? {
+        match result {
+            Ok(_) => tracing::info!(topic = %name, "Created the query endpoints topic."),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => {
+                return Err(RuntimeError::Startup(format!(
+                    "cannot create topic `{name}` (query endpoints): {code}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Publishes this instance's entry and tails everyone's, on a thread,
+/// until [`Advertiser::stop`].
+pub struct Advertiser {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Advertiser {
+    pub fn start(
+        config: &ClientConfig,
+        app: &str,
+        instance: String,
+        address: String,
+        state: Arc<QueryState>,
+        directory: Arc<Directory>,
+    ) -> Result<Advertiser, RuntimeError> {
+        let topic = topic(app);
+        let producer: BaseProducer = config.clone().set("linger.ms", "0").create()?;
+        let consumer: BaseConsumer = config
+            .clone()
+            .set("group.id", format!("{app}-query-endpoints-reader"))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .create()?;
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&topic, 0, Offset::Beginning)?;
+        consumer.assign(&list)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("query-endpoints".into())
+            .spawn(move || {
+                let publish = |running: Vec<i32>| {
+                    let entry = Endpoint {
+                        address: address.clone(),
+                        running,
+                        at: crate::runtime::engine::wall_clock_ms(),
+                    };
+                    // Serializing a struct of a string and integers cannot
+                    // fail.
+                    let payload = serde_json::to_vec(&entry).unwrap_or_default();
+                    if let Err((error, _)) =
+                        producer.send(BaseRecord::to(&topic).key(&instance).payload(&payload))
+                    {
+                        tracing::warn!(%error, "Cannot publish this instance's query endpoint.");
+                    }
+                };
+                let mut published: Option<u64> = None;
+                let mut last = Instant::now();
+                while !stopping.load(Ordering::Relaxed) {
+                    let generation = state.generation();
+                    if published != Some(generation) || last.elapsed() >= REFRESH {
+                        publish(state.running());
+                        published = Some(generation);
+                        last = Instant::now();
+                    }
+                    producer.poll(Duration::ZERO);
+                    while let Some(message) = consumer.poll(Duration::from_millis(100)) {
+                        match message {
+                            Ok(m) => {
+                                let Some(key) = m.key().and_then(|k| std::str::from_utf8(k).ok())
+                                else {
+                                    continue;
+                                };
+                                let endpoint =
+                                    m.payload().and_then(|p| serde_json::from_slice(p).ok());
+                                directory.set(key.to_string(), endpoint);
+                            }
+                            Err(error) => {
+                                tracing::debug!(%error, "Query endpoints consumer.");
+                                break;
+                            }
+                        }
+                    }
+                }
+                // Stopping: no task answers here any more.
+                publish(Vec::new());
+                let _ = producer.flush(Duration::from_secs(5));
+            })
+            .map_err(|e| RuntimeError::Startup(format!("cannot start a thread: {e}")))?;
+        Ok(Advertiser {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Publishes that this instance runs nothing and stops.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_are_other_instances_running_the_task() {
+        let directory = Directory::default();
+        let entry = |address: &str, running: Vec<i32>, at: i64| {
+            Some(Endpoint {
+                address: address.into(),
+                running,
+                at,
+            })
+        };
+        directory.set("a".into(), entry("a:1", vec![0, 1], 10));
+        directory.set("b".into(), entry("b:1", vec![2], 10));
+        assert_eq!(directory.owner(2, "a").as_deref(), Some("b:1"));
+        assert_eq!(directory.owner(0, "a"), None, "itself is asked locally");
+        assert_eq!(directory.owner(0, "b").as_deref(), Some("a:1"));
+        assert_eq!(directory.owner(3, "b"), None);
+        // A dead instance's entry loses to the newer claim.
+        directory.set("c".into(), entry("c:1", vec![2], 20));
+        assert_eq!(directory.owner(2, "a").as_deref(), Some("c:1"));
+        directory.set("c".into(), None);
+        directory.set("b".into(), None);
+        assert_eq!(directory.owner(2, "a"), None);
+    }
+}

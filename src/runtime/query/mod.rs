@@ -1,0 +1,305 @@
+//! Interactive queries: `run --query-addr HOST:PORT` serves the committed
+//! state of the topology's stores over HTTP (see `docs/queries.md`).
+//!
+//! - [`QueryState`] is what the engine and the HTTP server share: the
+//!   tasks of this instance, each with its RocksDB handle and whether it
+//!   runs or still restores. The engine registers a task when it opens its
+//!   state, marks it running when restore ends, and the backend's close
+//!   hook removes it — under the write lock, so no read is in flight when
+//!   the database closes (it may be wiped or reopened right after).
+//! - Reads go to RocksDB only. RocksDB holds committed state only: the
+//!   write-back overlay keeps uncommitted writes until their transaction
+//!   commits. A task that restores answers `503` with `Retry-After`.
+//! - [`endpoints`] advertises which tasks this instance runs, and at which
+//!   address, on the compacted topic `<app>-query-endpoints`; [`server`]
+//!   answers for local tasks and forwards the rest to their owner.
+
+pub mod endpoints;
+pub mod server;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use rocksdb::{DB, Direction, IteratorMode, ReadOptions};
+use serde_json::Value;
+
+use crate::state::prefix_end;
+use crate::topology::Topology;
+
+/// The most entries one scan returns.
+pub const MAX_SCAN_LIMIT: usize = 10_000;
+
+/// A store `run --query-addr` serves.
+#[derive(Clone, Debug)]
+pub struct QueryableStore {
+    /// `<node>-<store>`: the URL's store name and the column family.
+    pub name: String,
+    pub node: usize,
+    /// With `key_by`, the runtime routes keys with [`super::partitioner`]
+    /// through a repartition topic, so a key's task is known; otherwise a
+    /// key lives on whichever partition its producer chose, and lookups
+    /// ask every task.
+    pub routed: bool,
+}
+
+/// The stores of `topology` that answer queries, in topology order.
+pub fn queryable_stores(topology: &Topology) -> Vec<QueryableStore> {
+    topology
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(index, node)| {
+            let store = node.kind.spec().queryable_store()?;
+            Some(QueryableStore {
+                name: format!("{}-{store}", node.name),
+                node: index,
+                routed: node.repartition_topic.is_some(),
+            })
+        })
+        .collect()
+}
+
+/// A task of this instance, as the query server sees it.
+struct TaskEntry {
+    db: Arc<DB>,
+    running: bool,
+}
+
+/// What the engine and the query server share.
+pub struct QueryState {
+    tasks: RwLock<BTreeMap<i32, TaskEntry>>,
+    /// Bumped on every change of the running set, for [`endpoints`].
+    generation: AtomicU64,
+    /// The partition count of the sources (0 until known).
+    partitions: AtomicU64,
+}
+
+impl fmt::Debug for QueryState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueryState")
+            .field("running", &self.running())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a task's store could not be read here.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// The task restores here, or is not a task of this instance.
+    Unavailable(Local),
+    /// RocksDB failed, or the stored value is not JSON.
+    Failed(String),
+}
+
+/// Entries read from a store: key bytes and stored JSON.
+pub type ReadEntries = Vec<(Vec<u8>, Value)>;
+
+/// Where a task of this instance stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Local {
+    Running,
+    Restoring,
+    /// Not a task of this instance.
+    Absent,
+}
+
+impl QueryState {
+    pub fn new() -> Arc<QueryState> {
+        Arc::new(QueryState {
+            tasks: RwLock::new(BTreeMap::new()),
+            generation: AtomicU64::new(0),
+            partitions: AtomicU64::new(0),
+        })
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, BTreeMap<i32, TaskEntry>> {
+        self.tasks.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<i32, TaskEntry>> {
+        self.tasks.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_partitions(&self, partitions: i32) {
+        self.partitions
+            .store(u64::try_from(partitions).unwrap_or(0), Ordering::Relaxed);
+    }
+
+    pub fn partitions(&self) -> i32 {
+        i32::try_from(self.partitions.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
+    /// A task opened its state: it restores until [`QueryState::started`].
+    pub fn opened(&self, task: i32, db: Arc<DB>) {
+        let replaced = self.write().insert(task, TaskEntry { db, running: false });
+        if replaced.is_some_and(|e| e.running) {
+            self.generation.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A task finished restoring and runs.
+    pub fn started(&self, task: i32) {
+        if let Some(entry) = self.write().get_mut(&task) {
+            entry.running = true;
+        }
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A task's database is about to close. Waits for reads in flight.
+    pub fn closing(&self, task: i32, db: &Arc<DB>) {
+        let mut tasks = self.write();
+        // A reopened task (wiped state) registered its new database
+        // already; only the entry of this one goes.
+        if tasks.get(&task).is_some_and(|e| Arc::ptr_eq(&e.db, db)) {
+            tasks.remove(&task);
+            self.generation.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    /// Tasks that run here, in order.
+    pub fn running(&self) -> Vec<i32> {
+        self.read()
+            .iter()
+            .filter(|(_, e)| e.running)
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
+    pub fn local(&self, task: i32) -> Local {
+        match self.read().get(&task) {
+            Some(e) if e.running => Local::Running,
+            Some(_) => Local::Restoring,
+            None => Local::Absent,
+        }
+    }
+
+    /// The committed value of `key` in `store` of `task`, if the task runs
+    /// here (`Err(local)` otherwise).
+    pub fn get(&self, task: i32, store: &str, key: &[u8]) -> Result<Option<Value>, ReadError> {
+        let tasks = self.read();
+        let entry = running_entry(&tasks, task)?;
+        let Some(cf) = entry.db.cf_handle(store) else {
+            return Err(ReadError::Failed(format!(
+                "task {task} has no store `{store}`"
+            )));
+        };
+        match entry.db.get_pinned_cf(cf, key) {
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| ReadError::Failed(format!("stored value is not JSON: {e}"))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(ReadError::Failed(e.to_string())),
+        }
+    }
+
+    /// Up to `limit` committed entries of `store` of `task` whose key starts
+    /// with `prefix`, in key order.
+    pub fn scan(
+        &self,
+        task: i32,
+        store: &str,
+        prefix: &[u8],
+        limit: usize,
+    ) -> Result<ReadEntries, ReadError> {
+        let tasks = self.read();
+        let entry = running_entry(&tasks, task)?;
+        let Some(cf) = entry.db.cf_handle(store) else {
+            return Err(ReadError::Failed(format!(
+                "task {task} has no store `{store}`"
+            )));
+        };
+        let mut read = ReadOptions::default();
+        if let Some(end) = prefix_end(prefix) {
+            read.set_iterate_upper_bound(end);
+        }
+        let mut out = Vec::new();
+        let iter =
+            entry
+                .db
+                .iterator_cf_opt(cf, read, IteratorMode::From(prefix, Direction::Forward));
+        for item in iter.take(limit) {
+            let (key, value) = item.map_err(|e| ReadError::Failed(e.to_string()))?;
+            let value = serde_json::from_slice(&value)
+                .map_err(|e| ReadError::Failed(format!("stored value is not JSON: {e}")))?;
+            out.push((key.to_vec(), value));
+        }
+        Ok(out)
+    }
+}
+
+fn running_entry(tasks: &BTreeMap<i32, TaskEntry>, task: i32) -> Result<&TaskEntry, ReadError> {
+    match tasks.get(&task) {
+        Some(entry) if entry.running => Ok(entry),
+        Some(_) => Err(ReadError::Unavailable(Local::Restoring)),
+        None => Err(ReadError::Unavailable(Local::Absent)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::rocks::RocksBackend;
+    use crate::state::{RawWrite, StateBackend};
+
+    fn backend(dir: &std::path::Path, state: &Arc<QueryState>, task: i32) -> RocksBackend {
+        let mut backend = RocksBackend::open(dir, &["n-latest".to_string()]).unwrap();
+        let db = backend.shared();
+        state.opened(task, Arc::clone(&db));
+        let hook_state = Arc::clone(state);
+        backend.on_close(Box::new(move || hook_state.closing(task, &db)));
+        backend
+    }
+
+    #[test]
+    fn only_running_tasks_answer_and_closing_releases_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = QueryState::new();
+        let mut db = backend(dir.path(), &state, 3);
+        db.apply(
+            &[
+                RawWrite {
+                    store: 0,
+                    key: b"a1".as_slice().into(),
+                    value: Some(br#"{"v":1}"#.as_slice().into()),
+                },
+                RawWrite {
+                    store: 0,
+                    key: b"b1".as_slice().into(),
+                    value: Some(br#"{"v":2}"#.as_slice().into()),
+                },
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            state.get(3, "n-latest", b"a1").unwrap_err(),
+            ReadError::Unavailable(Local::Restoring)
+        );
+        let before = state.generation();
+        state.started(3);
+        assert!(state.generation() > before);
+        assert_eq!(state.running(), vec![3]);
+        assert_eq!(
+            state.get(3, "n-latest", b"a1").unwrap(),
+            Some(serde_json::json!({"v": 1}))
+        );
+        assert_eq!(state.get(3, "n-latest", b"zz").unwrap(), None);
+        let scanned = state.scan(3, "n-latest", b"b", 10).unwrap();
+        assert_eq!(scanned.len(), 1);
+        assert_eq!(scanned[0].0, b"b1");
+        assert_eq!(
+            state.get(1, "n-latest", b"a1").unwrap_err(),
+            ReadError::Unavailable(Local::Absent)
+        );
+        drop(db);
+        assert_eq!(state.local(3), Local::Absent);
+        // The database closed with the backend: it opens again at once.
+        let _again = backend(dir.path(), &state, 3);
+    }
+}

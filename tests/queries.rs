@@ -1,0 +1,503 @@
+//! Interactive queries (`run --query-addr`) against a real broker: two
+//! instances share a 4-partition source; every key is asked of both, and
+//! the answer is the committed value computed from the input — also while
+//! one instance restarts with its state wiped, when the only other
+//! acceptable answer is `503` with `Retry-After`.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::*;
+
+/// Keys `user-0000` … and updates per key.
+const KEYS: usize = 400;
+const UPDATES: i64 = 3;
+
+/// Two `ordered` nodes over the same input: one grouped by a field (the
+/// runtime routes keys through a repartition topic, so a key's task is
+/// known), one by the record key (the producer chose the partition, so a
+/// lookup asks every task).
+fn topology(dir: &Path, app: &str, source: &str) -> PathBuf {
+    let yaml = format!(
+        r#"name: {app}
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+processing:
+  commit_interval: 100ms
+sources:
+  updates:
+    topic: {source}
+    format: json
+nodes:
+  by_id:
+    type: ordered
+    input: updates
+    key_by: /id
+    order_by: /seq
+  by_key:
+    type: ordered
+    input: updates
+    order_by: /seq
+sinks:
+  latest_by_id:
+    topic: {app}-by-id
+    input: by_id
+    create: true
+  latest_by_key:
+    topic: {app}-by-key
+    input: by_key
+    create: true
+dead_letter:
+  topic: {app}-dlq
+"#
+    );
+    let path = dir.join("queries.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn key(i: usize) -> String {
+    format!("user-{i:04}")
+}
+
+fn update(i: usize, seq: i64) -> Value {
+    json!({ "id": key(i), "seq": seq, "score": i as i64 * 10 + seq })
+}
+
+/// An HTTP answer: status, headers (lower-case names), JSON body.
+struct Answer {
+    status: u16,
+    headers: BTreeMap<String, String>,
+    body: Value,
+}
+
+/// `GET http://<addr><path>`, one connection per request.
+fn get(addr: &str, path: &str) -> Answer {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_lowercase(), v.trim().to_string()))
+        .collect();
+    let body = serde_json::from_str(body).unwrap_or(Value::Null);
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Whether `answer` for key `i` is the committed final value; panics on
+/// anything else than that or `503` with `Retry-After`.
+fn check_key(answer: &Answer, store: &str, i: usize, who: &str) -> bool {
+    match answer.status {
+        200 => {
+            assert_eq!(answer.body["store"], json!(store), "{who}");
+            assert_eq!(answer.body["key"], json!(key(i)), "{who}");
+            assert_eq!(
+                answer.body["value"]["value"],
+                update(i, UPDATES),
+                "{who}: {store}/{} is not the committed value: {}",
+                key(i),
+                answer.body
+            );
+            assert_eq!(answer.body["value"]["version"]["order"], json!(UPDATES));
+            true
+        }
+        503 => {
+            assert_eq!(
+                answer.headers.get("retry-after").map(String::as_str),
+                Some("1"),
+                "{who}: a 503 says when to retry"
+            );
+            false
+        }
+        other => panic!(
+            "{who}: {store}/{}: unexpected {other}: {}",
+            key(i),
+            answer.body
+        ),
+    }
+}
+
+/// Asks every key of both stores of every instance until all answer 200,
+/// checking each answer on the way; returns how many 503s were seen.
+fn all_keys_answer(addrs: &[&str], timeout: Duration) -> usize {
+    let deadline = Instant::now() + timeout;
+    let mut unavailable = 0;
+    let mut pending: Vec<(usize, &str, usize)> = Vec::new();
+    for (a, _) in addrs.iter().enumerate() {
+        for store in ["by_id-latest", "by_key-latest"] {
+            pending.extend((0..KEYS).map(|i| (a, store, i)));
+        }
+    }
+    while !pending.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} keys still unavailable after {timeout:?}, e.g. {:?}",
+            pending.len(),
+            pending[0]
+        );
+        pending.retain(|&(a, store, i)| {
+            let answer = get(addrs[a], &format!("/v1/stores/{store}/keys/{}", key(i)));
+            let ok = check_key(&answer, store, i, addrs[a]);
+            unavailable += usize::from(!ok);
+            !ok
+        });
+        if !pending.is_empty() {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    unavailable
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    app: String,
+    source: String,
+    topology: PathBuf,
+}
+
+impl Setup {
+    fn new(test: &str) -> Setup {
+        let dir = temp_dir();
+        let app = unique(&format!("sf-q-{test}"));
+        let source = unique("updates");
+        create_topic(&source, 4);
+        let topology = topology(dir.path(), &app, &source);
+        Setup {
+            dir,
+            app,
+            source,
+            topology,
+        }
+    }
+
+    fn config(&self, instance: &str, port: u16) -> AppConfig {
+        AppConfig {
+            topology: self.topology.clone(),
+            instance: instance.into(),
+            state_dir: self.dir.path().join(format!("state-{instance}")),
+            env: Vec::new(),
+            txn_header: false,
+            args: vec!["--query-addr".into(), format!("127.0.0.1:{port}")],
+        }
+    }
+
+    /// Every update, keyed by the id, and waits until `app` committed them.
+    fn produce_all(&self, app: &App) {
+        let producer = TestProducer::new();
+        for seq in 1..=UPDATES {
+            for i in 0..KEYS {
+                producer.send_json(&self.source, &key(i), &update(i, seq));
+            }
+        }
+        producer.flush();
+        let end = producer.ends(&self.source, 4);
+        wait_committed_to(app, &self.app, &self.source, &end, Duration::from_secs(180));
+    }
+}
+
+fn wait_running(apps: &[&App], total: f64) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let counts: Vec<f64> = apps
+            .iter()
+            .map(|a| a.metric("streamfold_runtime_tasks_running"))
+            .collect();
+        if counts.iter().sum::<f64>() == total && counts.iter().all(|&c| c >= 1.0) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tasks running: {counts:?}; logs:\n{}",
+            apps.iter().map(|a| a.log_text()).collect::<String>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn every_key_is_answered_from_either_instance_with_its_committed_value() {
+    let _serial = serial();
+    let setup = Setup::new("keys");
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = App::start(&setup.config("a", port_a), setup.dir.path());
+    let b = App::start(&setup.config("b", port_b), setup.dir.path());
+    let (addr_a, addr_b) = (format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}"));
+    wait_running(&[&a, &b], 4.0);
+    setup.produce_all(&a);
+    all_keys_answer(&[&addr_a, &addr_b], Duration::from_secs(60));
+
+    // The store list.
+    let stores = get(&addr_a, "/v1/stores");
+    assert_eq!(stores.status, 200);
+    let names: Vec<&str> = stores.body["stores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["by_id-latest", "by_key-latest"]);
+    assert_eq!(stores.body["partitions"], json!(4));
+
+    // A prefix scan spans every task, on both instances, in key order.
+    for addr in [&addr_a, &addr_b] {
+        for store in ["by_id-latest", "by_key-latest"] {
+            let scan = get(
+                addr,
+                &format!("/v1/stores/{store}?prefix=user-01&limit=1000"),
+            );
+            assert_eq!(scan.status, 200, "{}", scan.body);
+            let entries = scan.body["entries"].as_array().unwrap();
+            let keys: Vec<&str> = entries.iter().map(|e| e["key"].as_str().unwrap()).collect();
+            let expected: Vec<String> = (100..200).map(key).collect();
+            assert_eq!(keys, expected, "{addr} {store}");
+            for (entry, i) in entries.iter().zip(100..) {
+                assert_eq!(entry["value"]["value"], update(i, UPDATES));
+            }
+            assert_eq!(scan.body["truncated"], json!(false));
+            let partitions: std::collections::BTreeSet<i64> = entries
+                .iter()
+                .map(|e| e["partition"].as_i64().unwrap())
+                .collect();
+            assert_eq!(partitions.len(), 4, "keys of every task: {partitions:?}");
+            let limited = get(addr, &format!("/v1/stores/{store}?prefix=user-&limit=5"));
+            let keys: Vec<&str> = limited.body["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["key"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                keys,
+                [
+                    "user-0000",
+                    "user-0001",
+                    "user-0002",
+                    "user-0003",
+                    "user-0004"
+                ]
+            );
+            assert_eq!(limited.body["truncated"], json!(true));
+        }
+    }
+
+    // Unknown keys, stores and paths; bad parameters.
+    for addr in [&addr_a, &addr_b] {
+        for store in ["by_id-latest", "by_key-latest"] {
+            let missing = get(addr, &format!("/v1/stores/{store}/keys/nobody"));
+            assert_eq!(missing.status, 404, "{}", missing.body);
+            assert_eq!(missing.body["error"], json!("no such key"));
+        }
+        let unknown = get(addr, "/v1/stores/nope/keys/user-0001");
+        assert_eq!(unknown.status, 404);
+        assert_eq!(
+            unknown.body["stores"],
+            json!(["by_id-latest", "by_key-latest"])
+        );
+        assert_eq!(get(addr, "/v1/stores/by_id-latest?limit=0").status, 400);
+        assert_eq!(get(addr, "/v2").status, 404);
+    }
+    a.stop();
+    b.stop();
+}
+
+#[test]
+fn while_an_instance_restarts_from_scratch_answers_are_correct_or_503() {
+    let _serial = serial();
+    let setup = Setup::new("restart");
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = App::start(&setup.config("a", port_a), setup.dir.path());
+    let b = App::start(&setup.config("b", port_b), setup.dir.path());
+    let (addr_a, addr_b) = (format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}"));
+    wait_running(&[&a, &b], 4.0);
+    setup.produce_all(&a);
+    all_keys_answer(&[&addr_a, &addr_b], Duration::from_secs(60));
+
+    // b leaves: a takes its tasks over and restores them. Every answer
+    // meanwhile is the committed value or 503.
+    b.stop();
+    let unavailable_while_moving = all_keys_answer(&[&addr_a], Duration::from_secs(120));
+
+    // b comes back with no local state: its tasks restore in full from
+    // the changelogs while both instances keep answering.
+    std::fs::remove_dir_all(setup.dir.path().join("state-b")).unwrap();
+    let b = App::start(&setup.config("b", port_b), setup.dir.path());
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut rounds = 0;
+    let mut unavailable = 0;
+    loop {
+        // Only a: b's server may not listen yet.
+        unavailable += check_round(&[&addr_a]);
+        if b.metric("streamfold_runtime_tasks_running") >= 1.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b never ran a task: {}",
+            b.log_text()
+        );
+        rounds += 1;
+    }
+    wait_running(&[&a, &b], 4.0);
+    unavailable += all_keys_answer(&[&addr_a, &addr_b], Duration::from_secs(120));
+    eprintln!(
+        "503 answers: {unavailable_while_moving} while a took b's tasks, {unavailable} while b restored ({rounds} rounds)"
+    );
+    a.stop();
+    b.stop();
+}
+
+/// One pass over every key of both stores on `addrs`: each answer must be
+/// the committed value or 503. Returns the 503 count.
+fn check_round(addrs: &[&str]) -> usize {
+    let mut unavailable = 0;
+    for addr in addrs {
+        for store in ["by_id-latest", "by_key-latest"] {
+            for i in (0..KEYS).step_by(7) {
+                let answer = get(addr, &format!("/v1/stores/{store}/keys/{}", key(i)));
+                unavailable += usize::from(!check_key(&answer, store, i, addr));
+            }
+        }
+    }
+    unavailable
+}
+
+#[test]
+fn a_killed_instance_is_answered_for_with_503_until_its_tasks_run_elsewhere() {
+    let _serial = serial();
+    let setup = Setup::new("kill");
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = App::start(&setup.config("a", port_a), setup.dir.path());
+    let b = App::start(&setup.config("b", port_b), setup.dir.path());
+    let (addr_a, addr_b) = (format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}"));
+    wait_running(&[&a, &b], 4.0);
+    setup.produce_all(&a);
+    all_keys_answer(&[&addr_a, &addr_b], Duration::from_secs(60));
+
+    // b dies without withdrawing its endpoint entry: a forwards to an
+    // address that refuses connections (503) until the group gives a b's
+    // tasks (after the session timeout) and they restore.
+    b.kill();
+    let unavailable = all_keys_answer(&[&addr_a], Duration::from_secs(120));
+    assert!(
+        unavailable > 0,
+        "keys of the dead instance's tasks cannot be answered before the session times out"
+    );
+    assert_eq!(a.metric("streamfold_runtime_tasks_running"), 4.0);
+
+    // b comes back on its state: both answer every key again.
+    let b = App::start(&setup.config("b", port_b), setup.dir.path());
+    wait_running(&[&a, &b], 4.0);
+    all_keys_answer(&[&addr_a, &addr_b], Duration::from_secs(120));
+    a.stop();
+    b.stop();
+}
+
+#[test]
+fn projection_read_models_are_served_as_entity_and_version_from_either_instance() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-q-feed");
+    let source = unique("feed-events");
+    create_topic(&source, 4);
+    let env = vec![
+        ("STREAMFOLD_APP".to_string(), app.clone()),
+        ("FEED_EVENTS_TOPIC".to_string(), source.clone()),
+        ("QUESTIONS_TOPIC".to_string(), unique("questions")),
+        ("THANKS_TOPIC".to_string(), unique("thanks")),
+        ("OTHER_EVENTS_TOPIC".to_string(), unique("other")),
+        ("DEAD_LETTER_TOPIC".to_string(), unique("dlq")),
+    ];
+    let config = |instance: &str, port: u16| AppConfig {
+        topology: repo().join("topologies/question-feed.yaml"),
+        instance: instance.into(),
+        state_dir: dir.path().join(format!("state-{instance}")),
+        env: env.clone(),
+        txn_header: false,
+        args: vec!["--query-addr".into(), format!("127.0.0.1:{port}")],
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = App::start(&config("a", port_a), dir.path());
+    let b = App::start(&config("b", port_b), dir.path());
+    wait_running(&[&a, &b], 4.0);
+
+    // Per question: created, two answers, an edit — sent edit first, so
+    // the projection re-folds in order.
+    let questions = 60;
+    let producer = TestProducer::new();
+    for q in 0..questions {
+        let id = format!("q-{q:03}");
+        let events = [
+            json!({"type": "QuestionEdited", "sequence": 4, "title": format!("How {q}?")}),
+            json!({"type": "QuestionCreated", "sequence": 1, "title": "draft", "author": format!("u{q}")}),
+            json!({"type": "AnswerAdded", "sequence": 2}),
+            json!({"type": "AnswerAdded", "sequence": 3}),
+        ];
+        for mut event in events {
+            let seq = event["sequence"].as_i64().unwrap();
+            event["question_id"] = json!(id);
+            event["event_id"] = json!(format!("{id}-e{seq}"));
+            producer.send_json(&source, &id, &event);
+        }
+    }
+    producer.flush();
+    let end = producer.ends(&source, 4);
+    wait_committed_to(&a, &app, &source, &end, Duration::from_secs(180));
+
+    for addr in [format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}")] {
+        for q in 0..questions {
+            let id = format!("q-{q:03}");
+            let path = format!("/v1/stores/project_question-entities/keys/{id}");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let answer = loop {
+                let answer = get(&addr, &path);
+                if answer.status != 503 {
+                    break answer;
+                }
+                assert!(Instant::now() < deadline, "{addr}{path} stays unavailable");
+                std::thread::sleep(Duration::from_millis(200));
+            };
+            assert_eq!(answer.status, 200, "{addr}{path}: {}", answer.body);
+            let value = &answer.body["value"];
+            assert_eq!(value["version"], json!(4), "{value}");
+            assert_eq!(value["entity"]["title"], json!(format!("How {q}?")));
+            assert_eq!(value["entity"]["author"], json!(format!("u{q}")));
+            assert_eq!(value["entity"]["answers"], json!(2));
+            assert_eq!(value["entity"]["is_deleted"], json!(false));
+            assert!(
+                value.get("last").is_none(),
+                "internals stay hidden: {value}"
+            );
+        }
+    }
+    a.stop();
+    b.stop();
+}
