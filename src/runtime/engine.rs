@@ -777,12 +777,7 @@ impl Engine {
         };
         for (i, position) in slot.cursor.positions.iter().enumerate() {
             let target = position.map_or(reset, Offset::Offset);
-            consumer.seek(
-                &self.inputs[i].topic,
-                task,
-                target,
-                Duration::from_secs(10),
-            )?;
+            consumer.seek(&self.inputs[i].topic, task, target, Duration::from_secs(10))?;
         }
         slot.running = true;
         if let Some(queries) = &self.queries {
