@@ -134,15 +134,10 @@ fn a_removed_key_by_does_not_drop_the_state_it_built() {
     );
 }
 
-/// Scenario 3 of issue 8: a changelog re-created (empty) while the local
-/// state still holds offsets into the old one. The restore consumer must
-/// not jump to the end and keep the stale state: it warns and restores in
-/// full from the earliest offset.
-#[test]
-fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
-    let _serial = serial();
-    let dir = temp_dir();
-    let app = unique("sf-recreated");
+/// Keyed by account (no repartition needed): every account's events,
+/// folded by a first run that stops with every fold open; the config to
+/// start the next run with.
+fn run_until_every_account_has_an_open_fold(dir: &Path, app: &str) -> AppConfig {
     let source = unique("post-metric-updated");
     create_topic(&source, 4);
     let producer = TestProducer::new();
@@ -153,18 +148,28 @@ fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
     }
     producer.flush();
     let end = producer.ends(&source, 4);
-    let config = config(
-        topology(dir.path(), &app, &source, true),
-        dir.path().join("state"),
-    );
-    let first = App::start(&config, dir.path());
-    wait_committed_to(&first, &app, &source, &end, Duration::from_secs(120));
+    let config = config(topology(dir, app, &source, true), dir.join("state"));
+    let first = App::start(&config, dir);
+    wait_committed_to(&first, app, &source, &end, Duration::from_secs(120));
     first.wait_metric_present(
         "streamfold_fold_open_folds",
         Duration::from_secs(120),
         |n| n == ACCOUNTS as f64,
     );
     first.stop();
+    config
+}
+
+/// Scenario 3 of issue 8: a changelog re-created (empty) while the local
+/// state still holds offsets into the old one. The restore consumer must
+/// not jump to the end and keep the stale state: it warns and restores in
+/// full from the earliest offset.
+#[test]
+fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-recreated");
+    let config = run_until_every_account_has_an_open_fold(dir.path(), &app);
 
     // Someone deletes and re-creates the changelogs.
     let changelogs: Vec<String> = ["open", "timers", "repartition-seen"]
@@ -217,28 +222,7 @@ fn a_restart_over_its_own_state_keeps_it() {
     let _serial = serial();
     let dir = temp_dir();
     let app = unique("sf-restart");
-    let source = unique("post-metric-updated");
-    create_topic(&source, 4);
-    let producer = TestProducer::new();
-    for i in 0..EVENTS {
-        let account = format!("account_{}", i % ACCOUNTS);
-        let value = json!({"account_id": account, "metrics": {METRICS[(i % 6) as usize]: i}});
-        producer.send_json(&source, &account, &value);
-    }
-    producer.flush();
-    let end = producer.ends(&source, 4);
-    let config = config(
-        topology(dir.path(), &app, &source, true),
-        dir.path().join("state"),
-    );
-    let first = App::start(&config, dir.path());
-    wait_committed_to(&first, &app, &source, &end, Duration::from_secs(120));
-    first.wait_metric_present(
-        "streamfold_fold_open_folds",
-        Duration::from_secs(120),
-        |n| n == ACCOUNTS as f64,
-    );
-    first.stop();
+    let config = run_until_every_account_has_an_open_fold(dir.path(), &app);
 
     let second = App::start(&config, dir.path());
     second.wait_metric_present(
