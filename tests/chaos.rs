@@ -1075,7 +1075,7 @@ fn expected_question(question: &str, events: &BTreeMap<u64, Value>) -> Value {
 
 /// Per question (the topic is compacted, so a question's history may be
 /// cut short): the committed read models there carry growing versions, no
-/// version comes with two contents, and the last is the in-order fold of
+/// committed version comes with two contents, and the last is the in-order fold of
 /// every distinct event, its version their number. Per answer: committed
 /// totals grow in sequence with growing Lamport clocks, the last is the
 /// highest total sent, and its clock counts at most one tick per total.
@@ -1100,10 +1100,13 @@ fn judge_questions(
             *top = (*top).max(seq);
         }
     }
-    // Every version seen of every question, committed or not: a version
-    // means one content.
+    let (models, excused_models) = committed_only(models, journal);
+    // Every committed version of every question: a version means one
+    // content. (A transaction that did not commit may have applied the
+    // same number of events in another order of arrival: its version N
+    // can differ, and it is excused with the rest of its records.)
     let mut versions: BTreeMap<(String, u64), Value> = BTreeMap::new();
-    for record in models {
+    for record in &models {
         let model = record.json();
         let key = (
             record.key.clone().unwrap_or_default(),
@@ -1113,7 +1116,6 @@ fn judge_questions(
             assert_eq!(other, model, "{key:?} with two contents");
         }
     }
-    let (models, excused_models) = committed_only(models, journal);
     let (thanks, excused_thanks) = committed_only(thanks, journal);
     let models: Vec<Consumed> = models.into_iter().cloned().collect();
     let models = by_key(&models);
