@@ -1105,12 +1105,24 @@ impl CommitCycle {
             if !item.running {
                 continue;
             }
-            for (i, committed) in item.cursor.committed.iter().enumerate() {
-                let offset = committed.map_or(self.reset, Offset::Offset);
-                consumer.seek(&self.inputs[i], item.id, offset, Duration::from_secs(10))?;
-            }
-            item.cursor.positions = item.cursor.committed.clone();
+            self.seek_to_committed(consumer, item.id, item.cursor)?;
         }
+        Ok(())
+    }
+
+    /// Seeks task `task`'s inputs to its committed offsets (the source's
+    /// reset policy where it has none), and makes them its positions.
+    pub fn seek_to_committed<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        task: i32,
+        cursor: &mut TaskCursor,
+    ) -> Result<(), RuntimeError> {
+        for (i, committed) in cursor.committed.iter().enumerate() {
+            let offset = committed.map_or(self.reset, Offset::Offset);
+            consumer.seek(&self.inputs[i], task, offset, Duration::from_secs(10))?;
+        }
+        cursor.positions = cursor.committed.clone();
         Ok(())
     }
 }

@@ -769,16 +769,9 @@ impl Engine {
         // assignment: on a broker that lets a fenced-out previous owner
         // still commit (no generation check, nisshi 0.7.0) the two can
         // differ, and starting past what the restore kept loses the
-        // records in between (RELIABILITY.md, finding 5). Without a
-        // committed offset, the source's reset policy applies.
-        let reset = match self.topology.sources[0].config.offset_reset {
-            OffsetReset::Earliest => Offset::Beginning,
-            OffsetReset::Latest => Offset::End,
-        };
-        for (i, position) in slot.cursor.positions.iter().enumerate() {
-            let target = position.map_or(reset, Offset::Offset);
-            consumer.seek(&self.inputs[i].topic, task, target, Duration::from_secs(10))?;
-        }
+        // records in between (RELIABILITY.md, finding 5).
+        self.cycle
+            .seek_to_committed(consumer, task, &mut slot.cursor)?;
         slot.running = true;
         if let Some(queries) = &self.queries {
             queries.started(task);

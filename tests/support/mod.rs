@@ -622,21 +622,12 @@ impl App {
         timeout: Duration,
         condition: impl Fn(f64) -> bool,
     ) -> f64 {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let value = self.metric(name);
-            if condition(value) {
-                return value;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "metric {name} = {value} did not reach the expected value within {timeout:?}; log:\n{}",
-                    self.log_text()
-                );
-            }
-            self.assert_running();
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        self.wait_for_metric(
+            name,
+            timeout,
+            |text| Some(parse_metric(text, name)),
+            condition,
+        )
     }
 
     /// Waits until the metric `name` is exported and `condition` holds on
@@ -647,9 +638,21 @@ impl App {
         timeout: Duration,
         condition: impl Fn(f64) -> bool,
     ) -> f64 {
+        self.wait_for_metric(name, timeout, |text| find_metric(text, name), condition)
+    }
+
+    /// Scrapes until `read` finds a value that meets `condition`, checking
+    /// the process stays up.
+    fn wait_for_metric(
+        &self,
+        name: &str,
+        timeout: Duration,
+        read: impl Fn(&str) -> Option<f64>,
+        condition: impl Fn(f64) -> bool,
+    ) -> f64 {
         let deadline = Instant::now() + timeout;
         loop {
-            let value = find_metric(&self.metrics_text(), name);
+            let value = read(&self.metrics_text());
             if let Some(value) = value.filter(|v| condition(*v)) {
                 return value;
             }
