@@ -1,15 +1,44 @@
-//! What the runtime writes next to state: input positions on changelog
-//! records, and changelog offsets in the state store.
+//! What the runtime writes next to state: the stamps on changelog records
+//! that let a restore tell committed records from those of transactions
+//! that did not commit, and changelog offsets in the state store.
 //!
-//! **The position rule** (DESIGN §9). Each changelog record carries, in the
-//! header `streamfold.pos`, the task's input position (next offset to read,
-//! per input partition) when the record was produced. A committed
+//! On Apache Kafka a read_committed restore never sees an aborted record.
+//! On a broker that shows them (nisshi 0.7.0, DESIGN §9) the restore must
+//! decide for itself, and it may skip a record only when that record is
+//! *proven* not to have committed. Two rules prove it.
+//!
+//! **The writer chain.** Every changelog record carries its transaction
+//! (`streamfold.txn`) and, in `streamfold.base`, where the last committed
+//! writer of each changelog partition of its task ended (the offset after
+//! that writer's last record) when the transaction produced it. A task's
+//! transactions run one after another, and a transaction's changelog
+//! records all go out at its commit, so every record at or beyond `base`
+//! that precedes the transaction's own records belongs to a transaction
+//! that began after the last commit and ended before this one: one that
+//! did not commit. Every record before `base` was decided the same way by
+//! the transactions before. The chain covers every transaction but the
+//! last writer of each partition, for which the group's committed offsets
+//! speak: each commit also commits, for every changelog partition of the
+//! task, the offset after its last committed writer's records (the
+//! consumer group holds an offset for the changelog partition it never
+//! consumes). A restore therefore holds back the records of the newest
+//! transaction of each partition until a later record's `base`, or the
+//! committed changelog offset at the end, decides them. Where the group
+//! has no offsets (deleted, or expired), a base another store's record
+//! names still proves everything before it committed: a transaction
+//! knows what had committed when it began, whether or not it committed
+//! itself.
+//!
+//! **The position rule**, for what the chain cannot decide (records
+//! written before it existed, a group whose offsets expired): each record
+//! also carries, in `streamfold.pos`, the task's input positions (next
+//! offset to read, per input partition) when it was produced. A committed
 //! transaction's records carry positions no further than the offsets it
-//! committed; a transaction that did not commit leaves the committed offsets
-//! where they were, so once it has consumed input its records carry a
-//! position beyond them. Restore skips records whose position is beyond the
-//! committed offsets, which keeps state right even on a broker that delivers
-//! aborted records to read_committed consumers.
+//! committed; a transaction that did not commit leaves the committed
+//! offsets where they were, so once it has consumed input its records
+//! carry a position beyond them. An older transaction that did not commit
+//! can carry positions below the committed offsets (its retry committed
+//! further), which is why the chain comes first.
 
 use std::collections::BTreeMap;
 
@@ -17,9 +46,14 @@ use serde::{Deserialize, Serialize};
 
 /// Header with the task's input positions on every changelog record.
 pub const POSITION_HEADER: &str = "streamfold.pos";
-/// Optional header `<run id>:<sequence>` naming the transaction of every
-/// produced record (a testing aid: `streamfold run --txn-header`).
+/// Header `<run id>:<sequence>` naming the transaction of a record: on
+/// every changelog record, and on every record of a run with the testing
+/// aid `streamfold run --txn-header`.
 pub const TXN_HEADER: &str = "streamfold.txn";
+/// Header on every changelog record: per changelog topic of the task, the
+/// offset after the last record of the last committed transaction that
+/// wrote it (the writer chain above), as a [`ChangelogOffsets`] map.
+pub const BASE_HEADER: &str = "streamfold.base";
 /// Header on every changelog record: the task's event time (epoch
 /// milliseconds) when the record was produced, so a task restored on
 /// another host resumes its event clock (and `idle_advance`) from the

@@ -9,12 +9,13 @@
 //!    the tasks emit them;
 //! 3. **changelog** — at commit, every running task's pending state changes
 //!    go to its changelog partitions, collapsed per key, each stamped with
-//!    the task's input positions (`streamfold.pos`, see
-//!    [`super::changelog`]);
-//! 4. **offsets** — the tasks' input positions join the transaction
+//!    the transaction, where the task's changelogs' last committed writers
+//!    ended, and the task's input positions (see [`super::changelog`]);
+//! 4. **offsets** — once every record is acknowledged, the tasks' input
+//!    positions and, per changelog partition, the offset after its last
+//!    committed writer's records join the transaction
 //!    (`send_offsets_to_transaction` with the consumer's group metadata);
-//! 5. **commit** — every record is acknowledged, then the transaction
-//!    commits;
+//! 5. **commit** — the transaction commits;
 //! 6. **apply** — only now are each task's pending changes written to its
 //!    store, in one RocksDB batch with the changelog offsets they reached
 //!    and the task's event time.
@@ -47,7 +48,7 @@
 //! (Apache Kafka) nothing of an aborted transaction is ever seen. On one
 //! that shows them (nisshi 0.7.0, DESIGN §9), downstream readers see the
 //! aborted transaction's outputs, and restore tells its changelog records
-//! apart by the position rule ([`super::restore`]).
+//! apart by the writer chain and the position rule ([`super::restore`]).
 //!
 //! # Testing hooks
 //!
@@ -75,8 +76,8 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::RuntimeError;
 use super::changelog::{
-    CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, EVENT_TIME_HEADER, POSITION_HEADER, Positions,
-    TXN_HEADER,
+    BASE_HEADER, CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, EVENT_TIME_HEADER,
+    POSITION_HEADER, Positions, TXN_HEADER,
 };
 use super::limits::{Limits, TooLarge, record_size};
 use super::task::{DeadLetter, Task, dlq_headers};
@@ -663,7 +664,8 @@ impl Transactions {
             });
         }
         let label;
-        if self.stamp {
+        // Changelog records carry the stamp whatever the run's settings.
+        if self.stamp && !record.headers.iter().any(|(key, _)| key == TXN_HEADER) {
             label = self.txn_label();
             headers = headers.insert(Header {
                 key: TXN_HEADER,
@@ -702,48 +704,53 @@ impl Transactions {
         self.producer.poll(Duration::ZERO);
     }
 
-    /// Commits what was produced and `offsets` (next offsets to read).
-    /// Returns the highest delivered offset per tracked `(topic, partition)`.
+    /// Waits until every record produced is acknowledged, then commits
+    /// them with the offsets `offsets` builds from where the tracked
+    /// topics' records landed (the highest delivered offset per tracked
+    /// `(topic, partition)`), which it also returns.
+    ///
+    /// The offsets go after the flush, not beside it, because they name
+    /// where this transaction's changelog records end ([`super::changelog`]).
     pub fn commit<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
-        offsets: &TopicPartitionList,
+        offsets: impl FnOnce(&HashMap<(String, i32), i64>) -> TopicPartitionList,
     ) -> Result<HashMap<(String, i32), i64>, CommitError> {
         if !self.in_transaction {
             return Ok(HashMap::new());
         }
         let started = Instant::now();
         self.fault(FaultPoint::Sent)?;
-        let result = if self.exactly_once {
-            self.commit_transaction(consumer, offsets)
-        } else {
-            self.commit_at_least_once(consumer, offsets)
-        };
+        let flushed = self.flush_promptly(TXN_TIMEOUT);
         let mut deliveries = std::mem::take(&mut *self.deliveries());
         self.learn_refusals(&deliveries.refused);
-        match (result, deliveries.failure.take()) {
-            (Ok(()), None) => {
-                self.in_transaction = false;
-                self.began = None;
-                self.committed += 1;
-                self.journal("committed");
-                metrics::histogram!(crate::telemetry::COMMIT_DURATION)
-                    .record(started.elapsed().as_secs_f64());
-                metrics::counter!(crate::telemetry::TRANSACTIONS_COMMITTED).increment(1);
-                Ok(deliveries
-                    .offsets
-                    .into_iter()
-                    .map(|((topic, partition), offset)| {
-                        ((self.tracked[topic].clone(), partition), offset)
-                    })
-                    .collect())
-            }
-            // At least once: a record was not delivered; redo the work.
-            (Ok(()), Some(failure)) => Err(CommitError::Aborted(format!(
+        flushed.map_err(|e| self.error(e))?;
+        if let Some(failure) = deliveries.failure.take() {
+            // Redo the work: a transaction with a lost record must not
+            // commit, and at least once it has to be produced again.
+            return Err(CommitError::Aborted(format!(
                 "a record was not delivered: {failure}"
-            ))),
-            (Err(e), _) => Err(e),
+            )));
         }
+        let delivered: HashMap<(String, i32), i64> = deliveries
+            .offsets
+            .into_iter()
+            .map(|((topic, partition), offset)| ((self.tracked[topic].clone(), partition), offset))
+            .collect();
+        let offsets = offsets(&delivered);
+        if self.exactly_once {
+            self.commit_transaction(consumer, &offsets)?;
+        } else {
+            self.commit_at_least_once(consumer, &offsets)?;
+        }
+        self.in_transaction = false;
+        self.began = None;
+        self.committed += 1;
+        self.journal("committed");
+        metrics::histogram!(crate::telemetry::COMMIT_DURATION)
+            .record(started.elapsed().as_secs_f64());
+        metrics::counter!(crate::telemetry::TRANSACTIONS_COMMITTED).increment(1);
+        Ok(delivered)
     }
 
     /// Waits until every produced record is acknowledged, serving
@@ -790,8 +797,6 @@ impl Transactions {
         }
         self.fault(FaultPoint::Offsets)?;
         let offsets_sent = started.elapsed();
-        self.flush_promptly(TXN_TIMEOUT)
-            .map_err(|e| self.error(e))?;
         self.fault(FaultPoint::Commit)?;
         // From here until `committed` the outcome is in doubt: a process
         // killed meanwhile may or may not have committed.
@@ -812,8 +817,6 @@ impl Transactions {
             commit_ms = (started.elapsed() - offsets_sent).as_millis() as u64,
             "Transaction committed."
         );
-        // A delivery failure inside a committed transaction cannot happen:
-        // the commit fails instead.
         Ok(())
     }
 
@@ -822,11 +825,6 @@ impl Transactions {
         consumer: &BaseConsumer<C>,
         offsets: &TopicPartitionList,
     ) -> Result<(), CommitError> {
-        self.flush_promptly(TXN_TIMEOUT)
-            .map_err(|e| CommitError::Aborted(e.to_string()))?;
-        if self.deliveries().failure.is_some() {
-            return Ok(());
-        }
         // Without a transaction, offsets are committed last: both points
         // are "records acknowledged, offsets not committed".
         self.fault(FaultPoint::Offsets)?;
@@ -1018,16 +1016,28 @@ impl CommitCycle {
                     .collect(),
             );
             if !entries.is_empty() {
+                // The stamps of the position rule and the writer chain,
+                // then the transaction (last: the size check reserves
+                // room for it rather than counting it).
                 let header = [
                     (POSITION_HEADER.to_string(), positions.encode()),
                     (
                         EVENT_TIME_HEADER.to_string(),
                         item.task.clocks().event.to_string().into_bytes(),
                     ),
+                    (
+                        BASE_HEADER.to_string(),
+                        item.cursor.changelog_offsets.encode(),
+                    ),
+                    (TXN_HEADER.to_string(), self.txn.txn_label().into_bytes()),
                 ];
                 for entry in &mut entries {
                     let (topic, tracked) = self.changelogs[entry.store].clone();
-                    let size = record_size(Some(&entry.key), entry.value.as_deref(), &header);
+                    let size = record_size(
+                        Some(&entry.key),
+                        entry.value.as_deref(),
+                        &header[..header.len() - 1],
+                    );
                     if let Err(too_large) = self.txn.limits.check(&topic, size) {
                         self.drop_state(entry, &too_large)
                             .map_err(RuntimeError::Commit)?;
@@ -1049,9 +1059,29 @@ impl CommitCycle {
             offsets.extend(positions.0.into_iter().map(|((topic, p), o)| (topic, p, o)));
             pending.push((item, entries, dropped));
         }
+        // Each changelog partition's committed offset: after this
+        // transaction's records if it wrote any, else where the last
+        // committed writer ended (see `super::changelog`).
+        let changelogs: Vec<(i32, ChangelogOffsets)> = pending
+            .iter()
+            .map(|(item, _, _)| (item.id, item.cursor.changelog_offsets.clone()))
+            .collect();
         let delivered = self
             .txn
-            .commit(consumer, &offsets_list(offsets))
+            .commit(consumer, |delivered| {
+                for (task, ends) in changelogs {
+                    for (topic, _) in &self.changelogs {
+                        let end = delivered
+                            .get(&(topic.clone(), task))
+                            .map(|last| last + 1)
+                            .or_else(|| ends.0.get(topic).copied());
+                        if let Some(end) = end {
+                            offsets.push((topic.clone(), task, end));
+                        }
+                    }
+                }
+                offsets_list(offsets)
+            })
             .map_err(RuntimeError::Commit)?;
         // Committed in Kafka; a crash from here on leaves local state one
         // commit behind, which restore replays.
@@ -1225,7 +1255,7 @@ mod tests {
             &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
         );
         txn.send(record()).unwrap();
-        let refused = txn.commit(&consumer, &TopicPartitionList::new());
+        let refused = txn.commit(&consumer, |_| TopicPartitionList::new());
         assert!(
             matches!(refused, Err(CommitError::Aborted(_))),
             "{refused:?}"
@@ -1249,6 +1279,6 @@ mod tests {
             ..record()
         })
         .unwrap();
-        assert!(txn.commit(&consumer, &TopicPartitionList::new()).is_ok());
+        assert!(txn.commit(&consumer, |_| TopicPartitionList::new()).is_ok());
     }
 }

@@ -625,7 +625,20 @@ impl Engine {
         if awaiting.is_empty() {
             return Ok(());
         }
-        let partitions = self.partitions_of(&awaiting);
+        // The inputs, and the changelog partitions: the group commits,
+        // with every transaction, where each changelog's last committed
+        // writer ended (`super::changelog`).
+        let mut partitions = self.partitions_of(&awaiting);
+        let changelogs: Vec<String> = self
+            .topology
+            .stores()
+            .map(|s| s.changelog_topic.clone())
+            .collect();
+        for &task in &awaiting {
+            for topic in &changelogs {
+                partitions.add_partition(topic, task);
+            }
+        }
         let list = match consumer.committed_offsets(partitions, Duration::from_millis(500)) {
             Ok(list) => list,
             Err(error) => {
@@ -641,12 +654,16 @@ impl Engine {
         for task in awaiting {
             let mut committed = vec![None; self.inputs.len()];
             let mut positions = Positions::default();
+            let mut changelog_ends = BTreeMap::new();
             for element in list.elements().iter().filter(|e| e.partition() == task) {
-                if let (Offset::Offset(o), Some(i)) =
-                    (element.offset(), self.input_of(element.topic()))
-                {
+                let Offset::Offset(o) = element.offset() else {
+                    continue;
+                };
+                if let Some(i) = self.input_of(element.topic()) {
                     committed[i] = Some(o);
                     positions.0.insert((element.topic().to_string(), task), o);
+                } else if changelogs.iter().any(|c| c == element.topic()) {
+                    changelog_ends.insert(element.topic().to_string(), o);
                 }
             }
             let saved = match self.tasks.get(&task) {
@@ -682,6 +699,7 @@ impl Engine {
                 task,
                 &slot.cursor.changelog_offsets.0,
                 positions,
+                changelog_ends,
                 inputs.clone(),
             )?;
         }

@@ -7,7 +7,8 @@
 //! - [`restore`]: replaying changelogs into a task's store;
 //! - [`connect`]: the first contact, and why it failed;
 //! - [`admin`]: startup checks and topic creation;
-//! - [`changelog`]: the position rule and what is stored with state;
+//! - [`changelog`]: the writer chain, the position rule, and what is stored
+//!   with state;
 //! - [`limits`]: record sizes against what the producer and topics accept.
 
 pub mod admin;

@@ -263,7 +263,7 @@ fn commit(
 ) -> Result<(), RuntimeError> {
     let offsets =
         super::commit::offsets_list(positions.iter().map(|(p, o)| (topic.to_string(), *p, *o)));
-    match txn.commit(consumer, &offsets) {
+    match txn.commit(consumer, |_| offsets) {
         Ok(_) => Ok(()),
         Err(CommitError::Aborted(reason)) => {
             let _ = txn.abort();

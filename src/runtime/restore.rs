@@ -4,7 +4,13 @@
 //! changelog offsets saved with its last commit (nothing, for a new or
 //! wiped state directory). The restorer replays each changelog partition of
 //! the task from there to its end, skipping records of transactions that
-//! did not commit by the position rule ([`super::changelog`]).
+//! did not commit ([`super::changelog`]): the records of a partition's
+//! newest transaction are held back until the next transaction's
+//! `streamfold.base`, or at the end the group's committed offset of the
+//! changelog partition, decides them; records without the writer chain's
+//! stamps are decided by the position rule. The offset saved with the
+//! restored state is the one after the last record applied, so a restore
+//! that stops midway resumes before the records it still held.
 //!
 //! There is one read_committed consumer per changelog topic, with
 //! `enable.partition.eof`: reaching the end of a partition (its last stable
@@ -25,7 +31,10 @@ use rdkafka::message::Headers;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, Message, Statistics};
 
-use super::changelog::{EVENT_TIME_HEADER, POSITION_HEADER, Positions, Verdict};
+use super::changelog::{
+    BASE_HEADER, ChangelogOffsets, EVENT_TIME_HEADER, POSITION_HEADER, Positions, TXN_HEADER,
+    Verdict,
+};
 use crate::state::RawWrite;
 use crate::telemetry;
 
@@ -78,8 +87,100 @@ struct ChangelogReader {
     store: usize,
     consumer: BaseConsumer<StatsContext>,
     remaining: Arc<Remaining>,
-    /// Partitions (tasks) being replayed, with the next offset to apply.
-    replaying: BTreeMap<i32, i64>,
+    /// Partitions (tasks) being replayed.
+    replaying: BTreeMap<i32, Replay>,
+}
+
+/// One changelog partition being replayed.
+struct Replay {
+    /// The offset after the last record applied: saved with the restored
+    /// state, and where an interrupted restore resumes.
+    resume: i64,
+    /// Records not decided yet, per transaction, in changelog order.
+    held: Vec<Held>,
+}
+
+/// The records of one transaction, held until it is decided.
+struct Held {
+    txn: Vec<u8>,
+    records: Vec<Record>,
+}
+
+/// One changelog record as the restore keeps it.
+struct Record {
+    offset: i64,
+    /// `None` for a record without a key (nothing to write).
+    write: Option<RawWrite>,
+    event_time: Option<i64>,
+    /// What the position rule says of it.
+    verdict: Verdict,
+}
+
+/// Applies or skips records of one changelog partition for one task.
+struct Decide<'a> {
+    progress: &'a mut Progress,
+    resume: &'a mut i64,
+}
+
+impl Decide<'_> {
+    fn apply(&mut self, record: Record) {
+        *self.resume = record.offset + 1;
+        if let Some(ts) = record.event_time {
+            self.progress.event_time = Some(self.progress.event_time.map_or(ts, |t| t.max(ts)));
+        }
+        if let Some(write) = record.write {
+            self.progress.restored += 1;
+            self.progress.writes.push(write);
+        }
+    }
+
+    /// Decided by the writer chain: a record before `end` (the offset
+    /// after the last committed writer's records) committed, one at or
+    /// beyond it did not.
+    fn by_chain(&mut self, held: Vec<Held>, end: i64) {
+        for record in held.into_iter().flat_map(|h| h.records) {
+            if record.offset < end {
+                self.apply(record);
+            } else {
+                self.progress.skipped += 1;
+            }
+        }
+    }
+
+    /// Decided by the position rule, where the chain is silent.
+    fn by_position(&mut self, record: Record) {
+        match record.verdict {
+            Verdict::Committed => self.apply(record),
+            Verdict::Uncommitted => self.progress.skipped += 1,
+            Verdict::NeverCommitted => {
+                self.progress.skipped += 1;
+                self.progress.never_committed += 1;
+            }
+            Verdict::Unknown => {
+                self.progress.unverified += 1;
+                self.apply(record);
+            }
+        }
+    }
+
+    /// Decides every held record: by the chain when `end` (where the last
+    /// committed writer ended) is known; otherwise a record before `claim`
+    /// (a base some record of the task names) committed, and the position
+    /// rule decides the rest.
+    fn all(&mut self, held: Vec<Held>, end: Option<i64>, claim: Option<i64>) {
+        match end {
+            Some(end) => self.by_chain(held, end),
+            None => {
+                for record in held.into_iter().flat_map(|h| h.records) {
+                    if claim.is_some_and(|claim| record.offset < claim) {
+                        self.apply(record);
+                    } else {
+                        self.by_position(record);
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl ChangelogReader {
@@ -98,12 +199,18 @@ impl ChangelogReader {
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&self.topic, task, Offset::Offset(from))?;
         self.consumer.incremental_assign(&list)?;
-        self.replaying.insert(task, from);
+        self.replaying.insert(
+            task,
+            Replay {
+                resume: from,
+                held: Vec::new(),
+            },
+        );
         Ok(())
     }
 
-    /// Stops replaying `task`'s partition; returns its next offset.
-    fn stop(&mut self, task: i32) -> Result<Option<i64>, KafkaError> {
+    /// Stops replaying `task`'s partition; returns what it still held.
+    fn stop(&mut self, task: i32) -> Result<Option<Replay>, KafkaError> {
         let Some(next) = self.replaying.remove(&task) else {
             return Ok(None);
         };
@@ -135,6 +242,15 @@ pub struct Progress {
 /// A task being restored.
 struct Restoring {
     committed: Positions,
+    /// The group's committed offset per changelog topic: where the last
+    /// committed writer's records end.
+    ends: BTreeMap<String, i64>,
+    /// The highest base any record of the task named, per changelog topic.
+    claims: BTreeMap<String, i64>,
+    /// Changelog partitions read to their end, with what they still hold
+    /// until every partition of the task is (a later one may name a base
+    /// that decides them).
+    finished: Vec<(String, Replay)>,
     /// The task's current input topics.
     inputs: Vec<String>,
     started: Instant,
@@ -216,12 +332,14 @@ impl Restorer {
     /// Starts restoring `task` from `saved` (next offset per changelog
     /// topic, as stored with its state); `committed` are the group's
     /// committed offsets of its `inputs`, the yardstick of the position
-    /// rule.
+    /// rule, and `ends` its committed offsets of the changelog partitions,
+    /// which decide each partition's last transaction.
     pub fn add(
         &mut self,
         task: i32,
         saved: &BTreeMap<String, i64>,
         committed: Positions,
+        ends: BTreeMap<String, i64>,
         inputs: Vec<String>,
     ) -> Result<(), KafkaError> {
         for reader in &mut self.readers {
@@ -233,6 +351,9 @@ impl Restorer {
             task,
             Restoring {
                 committed,
+                ends,
+                claims: BTreeMap::new(),
+                finished: Vec::new(),
                 inputs,
                 started: Instant::now(),
                 restored: 0,
@@ -279,12 +400,11 @@ impl Restorer {
                 let message = match result {
                     Ok(message) => message,
                     Err(KafkaError::PartitionEOF(task)) => {
-                        if let Some(next) = reader.stop(task)? {
-                            progress
-                                .entry(task)
-                                .or_default()
-                                .offsets
-                                .insert(reader.topic.clone(), next);
+                        // Decided once every partition of the task is read.
+                        if let (Some(replay), Some(restoring)) =
+                            (reader.stop(task)?, self.tasks.get_mut(&task))
+                        {
+                            restoring.finished.push((reader.topic.clone(), replay));
                         }
                         continue;
                     }
@@ -298,50 +418,68 @@ impl Restorer {
                     }
                 };
                 let task = message.partition();
-                let Some(next) = reader.replaying.get_mut(&task) else {
+                let Some(replay) = reader.replaying.get_mut(&task) else {
                     continue;
                 };
-                *next = message.offset() + 1;
-                let entry = progress.entry(task).or_default();
-                entry.offsets.insert(reader.topic.clone(), *next);
-                let position = message
-                    .headers()
-                    .and_then(|h| h.iter().find(|h| h.key == POSITION_HEADER))
-                    .and_then(|h| h.value)
-                    .and_then(Positions::decode);
-                let verdict = match (&position, self.tasks.get(&task)) {
+                let header = |key: &str| {
+                    message
+                        .headers()
+                        .and_then(|h| h.iter().find(|h| h.key == key))
+                        .and_then(|h| h.value)
+                };
+                let bases = header(BASE_HEADER).and_then(ChangelogOffsets::decode);
+                if let (Some(bases), Some(restoring)) = (&bases, self.tasks.get_mut(&task)) {
+                    for (topic, base) in &bases.0 {
+                        let claim = restoring.claims.entry(topic.clone()).or_insert(*base);
+                        *claim = (*claim).max(*base);
+                    }
+                }
+                let verdict = match (
+                    header(POSITION_HEADER).and_then(Positions::decode),
+                    self.tasks.get(&task),
+                ) {
                     (Some(position), Some(restoring)) => {
                         position.verdict(&restoring.committed, &restoring.inputs)
                     }
                     _ => Verdict::Committed,
                 };
-                match verdict {
-                    Verdict::Committed => {}
-                    Verdict::Uncommitted => {
-                        entry.skipped += 1;
-                        continue;
+                let record = Record {
+                    offset: message.offset(),
+                    write: message.key().map(|key| RawWrite {
+                        store: reader.store,
+                        key: key.into(),
+                        value: message.payload().map(Box::from),
+                    }),
+                    event_time: header(EVENT_TIME_HEADER)
+                        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok()),
+                    verdict,
+                };
+                let entry = progress.entry(task).or_default();
+                let mut decide = Decide {
+                    progress: entry,
+                    resume: &mut replay.resume,
+                };
+                match header(TXN_HEADER) {
+                    // Written before the writer chain existed.
+                    None => {
+                        decide.all(std::mem::take(&mut replay.held), None, None);
+                        decide.by_position(record);
                     }
-                    Verdict::NeverCommitted => {
-                        entry.skipped += 1;
-                        entry.never_committed += 1;
-                        continue;
-                    }
-                    Verdict::Unknown => entry.unverified += 1,
+                    Some(txn) => match replay.held.iter_mut().find(|h| h.txn == txn) {
+                        Some(held) => held.records.push(record),
+                        None => {
+                            // A new transaction: its base decides every
+                            // one held before it.
+                            let base = bases.as_ref().and_then(|b| b.0.get(&reader.topic).copied());
+                            decide.all(std::mem::take(&mut replay.held), base, None);
+                            replay.held.push(Held {
+                                txn: txn.to_vec(),
+                                records: vec![record],
+                            });
+                        }
+                    },
                 }
-                let event_time = message
-                    .headers()
-                    .and_then(|h| h.iter().find(|h| h.key == EVENT_TIME_HEADER))
-                    .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse::<i64>().ok());
-                if let Some(ts) = event_time {
-                    entry.event_time = Some(entry.event_time.map_or(ts, |t| t.max(ts)));
-                }
-                let Some(key) = message.key() else { continue };
-                entry.restored += 1;
-                entry.writes.push(RawWrite {
-                    store: reader.store,
-                    key: key.into(),
-                    value: message.payload().map(Box::from),
-                });
+                entry.offsets.insert(reader.topic.clone(), replay.resume);
                 if Instant::now() > deadline {
                     break;
                 }
@@ -353,6 +491,32 @@ impl Restorer {
                         .set(*left as f64);
                 }
             }
+        }
+        let finished: Vec<i32> = self
+            .tasks
+            .keys()
+            .copied()
+            .filter(|task| self.readers.iter().all(|r| !r.replaying.contains_key(task)))
+            .collect();
+        for task in &finished {
+            let Some(restoring) = self.tasks.get_mut(task) else {
+                continue;
+            };
+            let entry = progress.entry(*task).or_default();
+            for (topic, replay) in std::mem::take(&mut restoring.finished) {
+                let mut resume = replay.resume;
+                Decide {
+                    progress: entry,
+                    resume: &mut resume,
+                }
+                .all(
+                    replay.held,
+                    restoring.ends.get(&topic).copied(),
+                    restoring.claims.get(&topic).copied(),
+                );
+                entry.offsets.insert(topic, resume);
+            }
+            entry.done = true;
         }
         for (task, p) in &mut progress {
             if let Some(restoring) = self.tasks.get_mut(task) {
@@ -374,12 +538,6 @@ impl Restorer {
                     .increment(p.skipped);
             }
         }
-        let finished: Vec<i32> = self
-            .tasks
-            .keys()
-            .copied()
-            .filter(|task| self.readers.iter().all(|r| !r.replaying.contains_key(task)))
-            .collect();
         for task in finished {
             if let Some(done) = self.tasks.remove(&task) {
                 if done.never_committed > 0 {
@@ -415,8 +573,134 @@ impl Restorer {
                         .set(0.0);
                 }
             }
-            progress.entry(task).or_default().done = true;
         }
         Ok(progress)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(offset: i64, verdict: Verdict) -> Record {
+        Record {
+            offset,
+            write: Some(RawWrite {
+                store: 0,
+                key: offset.to_string().into_bytes().into(),
+                value: Some(Box::from(&b"v"[..])),
+            }),
+            event_time: Some(offset * 10),
+            verdict,
+        }
+    }
+
+    fn held(txn: &str, offsets: std::ops::Range<i64>) -> Held {
+        Held {
+            txn: txn.as_bytes().to_vec(),
+            records: offsets.map(|o| record(o, Verdict::Committed)).collect(),
+        }
+    }
+
+    fn applied(progress: &Progress) -> Vec<String> {
+        progress
+            .writes
+            .iter()
+            .map(|w| String::from_utf8(w.key.to_vec()).unwrap())
+            .collect()
+    }
+
+    /// Scenario 10 of the exactly-once issue: a transaction aborted at a
+    /// lower input position than a later committed one. The position rule
+    /// alone would apply it; the writer chain does not.
+    #[test]
+    fn the_chain_skips_an_older_aborted_transaction_the_position_rule_would_apply() {
+        let mut progress = Progress::default();
+        let mut resume = 0;
+        let mut decide = Decide {
+            progress: &mut progress,
+            resume: &mut resume,
+        };
+        // Committed `a` wrote 0..3 (base 0). Then `b` (base 3) wrote 4..6
+        // and aborted; its retry `c` (base 3, the same last committed
+        // writer) follows at 7: `b` is decided by `c`'s base.
+        decide.by_chain(vec![held("a", 0..3)], 4);
+        decide.by_chain(vec![held("b", 4..6)], 3);
+        assert_eq!(applied(&progress), ["0", "1", "2"]);
+        assert_eq!(progress.skipped, 2);
+        assert_eq!(
+            resume, 3,
+            "a resumed restore starts after the last applied record"
+        );
+        assert_eq!(progress.event_time, Some(20));
+    }
+
+    #[test]
+    fn the_group_s_committed_offset_decides_the_last_transaction() {
+        let mut progress = Progress::default();
+        let mut resume = 0;
+        let mut decide = Decide {
+            progress: &mut progress,
+            resume: &mut resume,
+        };
+        // `c` (7..9) committed: the group's changelog offset is 9.
+        decide.all(vec![held("b", 4..6), held("c", 7..9)], Some(9), None);
+        assert_eq!(applied(&progress), ["4", "5", "7", "8"]);
+        // Where it is 7, `c` did not commit.
+        let mut progress = Progress::default();
+        let mut resume = 0;
+        Decide {
+            progress: &mut progress,
+            resume: &mut resume,
+        }
+        .all(vec![held("c", 7..9)], Some(7), Some(9));
+        assert!(applied(&progress).is_empty());
+        assert_eq!((progress.skipped, resume), (2, 0));
+    }
+
+    #[test]
+    fn without_the_chain_the_position_rule_decides_and_undecidable_records_are_applied() {
+        let mut progress = Progress::default();
+        let mut resume = 0;
+        let mut decide = Decide {
+            progress: &mut progress,
+            resume: &mut resume,
+        };
+        for (offset, verdict) in [
+            (0, Verdict::Committed),
+            (1, Verdict::Uncommitted),
+            (2, Verdict::NeverCommitted),
+            (3, Verdict::Unknown),
+        ] {
+            decide.by_position(record(offset, verdict));
+        }
+        assert_eq!(applied(&progress), ["0", "3"]);
+        assert_eq!(
+            (
+                progress.skipped,
+                progress.never_committed,
+                progress.unverified
+            ),
+            (2, 1, 1)
+        );
+        assert_eq!(resume, 4);
+    }
+
+    /// The group's offsets are gone: a base named by any record of the
+    /// task still proves what lies before it committed.
+    #[test]
+    fn without_the_group_s_offsets_a_named_base_decides_what_precedes_it() {
+        let mut progress = Progress::default();
+        let mut resume = 0;
+        let mut held = held("a", 0..4);
+        held.records[2].verdict = Verdict::NeverCommitted;
+        held.records[3].verdict = Verdict::NeverCommitted;
+        Decide {
+            progress: &mut progress,
+            resume: &mut resume,
+        }
+        .all(vec![held], None, Some(3));
+        assert_eq!(applied(&progress), ["0", "1", "2"]);
+        assert_eq!((progress.skipped, progress.never_committed), (1, 1));
     }
 }
