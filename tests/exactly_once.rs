@@ -3,12 +3,15 @@
 //!
 //! Each test injects a fault at one named step of the cycle (`run
 //! --inject-fault <point>:<abort|kill>@<n>`), under `exactly_once` and
-//! `at_least_once`, then:
+//! `at_least_once`, with the fold on the wall clock and on event time,
+//! then:
 //!
 //! 1. lets the application finish the first half of the input (restarting
 //!    it after a kill) until the group has committed every input record;
 //! 2. stops it, wipes its state directory and starts it again, so the
-//!    state comes from a from-scratch restore of the changelogs;
+//!    state comes from a from-scratch restore of the changelogs, which
+//!    must equal the state the live run left, key by key (no record of a
+//!    transaction that did not commit, none of a committed one missing);
 //! 3. feeds the second half, which completes every fold that was open.
 //!
 //! The folded events must then be exactly those of a run without the
@@ -228,6 +231,10 @@ struct Scenario {
     exactly_once: bool,
     /// Folds close by going quiet (timers) instead of by `max_events`.
     timers: bool,
+    /// The fold's clock: wall-clock timers, or event time (the records'
+    /// timestamps; an idle task's event time follows the wall clock after
+    /// a second, `processing.idle_advance`, so quiet folds close).
+    event_clock: bool,
 }
 
 impl Scenario {
@@ -249,11 +256,30 @@ struct Setup {
     journal: PathBuf,
     exactly_once: bool,
     timers: bool,
+    topology: PathBuf,
 }
 
 impl Setup {
     fn new(scenario: &Scenario) -> Setup {
         let dir = temp_dir();
+        let mut topology = repo().join("topologies/social-metrics.yaml");
+        if scenario.event_clock {
+            let text = std::fs::read_to_string(&topology).unwrap();
+            let edits = [
+                ("  commit_interval: 100ms\n", "  idle_advance: 1s\n"),
+                (
+                    "    max_events: ${FOLD_MAX_EVENTS:-100}\n",
+                    "    clock: event\n",
+                ),
+            ];
+            let mut text = text;
+            for (line, added) in edits {
+                assert!(text.contains(line), "social-metrics.yaml has {line:?}");
+                text = text.replacen(line, &format!("{line}{added}"), 1);
+            }
+            topology = dir.path().join("social-metrics-event-clock.yaml");
+            std::fs::write(&topology, text).unwrap();
+        }
         let setup = Setup {
             producer: std::sync::Arc::new(TestProducer::new()),
             app: unique("sf-eos"),
@@ -263,6 +289,7 @@ impl Setup {
             dir,
             exactly_once: scenario.exactly_once,
             timers: scenario.timers,
+            topology,
         };
         create_topic(&setup.source, PARTITIONS);
         setup
@@ -293,7 +320,7 @@ impl Setup {
             args.push(fault.into());
         }
         AppConfig {
-            topology: repo().join("topologies/social-metrics.yaml"),
+            topology: self.topology.clone(),
             instance: "a".into(),
             state_dir: self.state(),
             env: [
@@ -442,26 +469,34 @@ fn run(scenario: Scenario) {
         "every abort finishes within a second: {aborts:?}"
     );
     eprintln!(
-        "{}, {}: {} folded events, {excused} excused from {} uncommitted transactions, aborts took {aborts:?} ms",
+        "{}, {}, {} clock: {} folded events, {excused} excused from {} uncommitted transactions, aborts took {aborts:?} ms",
         scenario.fault,
         if scenario.exactly_once {
             "exactly_once"
         } else {
             "at_least_once"
         },
+        if scenario.event_clock {
+            "event"
+        } else {
+            "processing"
+        },
         outputs.len(),
         journal.uncommitted().len(),
     );
 }
 
-/// Runs `fault` under both guarantees.
+/// Runs `fault` under both guarantees, with both clocks.
 fn both(fault: &'static str, timers: bool) {
     for exactly_once in [true, false] {
-        run(Scenario {
-            fault,
-            exactly_once,
-            timers,
-        });
+        for event_clock in [false, true] {
+            run(Scenario {
+                fault,
+                exactly_once,
+                timers,
+                event_clock,
+            });
+        }
     }
 }
 

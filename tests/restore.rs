@@ -144,24 +144,30 @@ fn a_removed_key_by_does_not_drop_the_state_it_built() {
 fn run_until_every_account_has_an_open_fold(dir: &Path, app: &str) -> AppConfig {
     let source = unique("post-metric-updated");
     create_topic(&source, 4);
+    let config = config(topology(dir, app, &source, true), dir.join("state"));
+    run_over(&config, app, &source, 0..EVENTS);
+    config
+}
+
+/// Runs `config` until it has folded `events` (keyed by account) and
+/// every account has an open fold, then stops it.
+fn run_over(config: &AppConfig, app: &str, source: &str, events: std::ops::Range<u64>) {
     let producer = TestProducer::new();
-    for i in 0..EVENTS {
+    for i in events {
         let account = format!("account_{}", i % ACCOUNTS);
         let value = json!({"account_id": account, "metrics": {METRICS[(i % 6) as usize]: i}});
-        producer.send_json(&source, &account, &value);
+        producer.send_json(source, &account, &value);
     }
     producer.flush();
-    let end = producer.ends(&source, 4);
-    let config = config(topology(dir, app, &source, true), dir.join("state"));
-    let first = App::start(&config, dir);
-    wait_committed_to(&first, app, &source, &end, Duration::from_secs(120));
+    let end = producer.ends(source, 4);
+    let first = App::start(config, config.state_dir.parent().unwrap());
+    wait_committed_to(&first, app, source, &end, Duration::from_secs(120));
     first.wait_metric_present(
         "streamfold_fold_open_folds",
         Duration::from_secs(120),
         |n| n == ACCOUNTS as f64,
     );
     first.stop();
-    config
 }
 
 /// Scenario 3 of issue 8: a changelog re-created (empty) while the local
@@ -213,6 +219,65 @@ fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
     assert_eq!(
         open, 0.0,
         "the state is what the changelog holds, not what the old one held"
+    );
+}
+
+/// Scenario 3 of issue 8, truncated: the changelog was truncated
+/// (DeleteRecords, or retention on a changelog that is not compacted) past
+/// where an old copy of the local state stopped. The state is no prefix of
+/// the changelog any more: the restore warns, wipes it and restores in
+/// full from the earliest offset the topic still holds, instead of keeping
+/// the stale state (the restore consumer used to jump to the end).
+#[test]
+fn a_changelog_truncated_past_the_state_means_a_full_restore_with_a_warning() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-truncated");
+    let source = unique("post-metric-updated");
+    create_topic(&source, 4);
+    let config = config(
+        topology(dir.path(), &app, &source, true),
+        dir.path().join("state"),
+    );
+    run_over(&config, &app, &source, 0..EVENTS);
+    let old = dir.path().join("state-then");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&config.state_dir)
+        .arg(&old)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    // More events reach every account's fold: the changelog grows.
+    run_over(&config, &app, &source, EVENTS..EVENTS + ACCOUNTS);
+
+    // The open-fold changelog is truncated to its end, and the old copy
+    // of the state comes back.
+    let changelog = format!("{app}-fold_account-open-changelog");
+    let ends: Vec<i64> = (0..4).map(|p| partition_end(&changelog, p)).collect();
+    delete_records(&changelog, &ends);
+    std::fs::remove_dir_all(&config.state_dir).unwrap();
+    std::fs::rename(&old, &config.state_dir).unwrap();
+
+    let second = App::start(&config, dir.path());
+    second.wait_metric_present(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 4.0,
+    );
+    let log = second.stop();
+    assert!(
+        log.contains("wiping the local state and restoring it in full"),
+        "the restore warned; log:\n{log}"
+    );
+    let open: usize = dump_state(&config.state_dir, &app)
+        .iter()
+        .filter(|(store, _)| store.ends_with("/fold_account-open"))
+        .map(|(_, entries)| entries.len())
+        .sum();
+    assert_eq!(
+        open, 0,
+        "the state is what the truncated changelog holds (nothing), not the stale copy's {ACCOUNTS} folds"
     );
 }
 

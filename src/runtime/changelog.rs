@@ -8,7 +8,8 @@
 //! *proven* not to have committed. Two rules prove it.
 //!
 //! **The writer chain.** Every changelog record carries its transaction
-//! (`streamfold.txn`) and, in `streamfold.base`, where the last committed
+//! (`streamfold.txn`), and a transaction's first record in each changelog
+//! partition carries, in `streamfold.base`, where the last committed
 //! writer of each changelog partition of its task ended (the offset after
 //! that writer's last record) when the transaction produced it. A task's
 //! transactions run one after another, and a transaction's changelog
@@ -50,9 +51,10 @@ pub const POSITION_HEADER: &str = "streamfold.pos";
 /// every changelog record, and on every record of a run with the testing
 /// aid `streamfold run --txn-header`.
 pub const TXN_HEADER: &str = "streamfold.txn";
-/// Header on every changelog record: per changelog topic of the task, the
-/// offset after the last record of the last committed transaction that
-/// wrote it (the writer chain above), as a [`ChangelogOffsets`] map.
+/// Header on the first changelog record of a transaction in each changelog
+/// partition: per changelog topic of the task, the offset after the last
+/// record of the last committed transaction that wrote it (the writer
+/// chain above), as a [`ChangelogOffsets`] map.
 pub const BASE_HEADER: &str = "streamfold.base";
 /// Header on every changelog record: the task's event time (epoch
 /// milliseconds) when the record was produced, so a task restored on

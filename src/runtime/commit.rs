@@ -663,14 +663,22 @@ impl Transactions {
                 value: Some(value.as_slice()),
             });
         }
-        let label;
-        // Changelog records carry the stamp whatever the run's settings.
-        if self.stamp && !record.headers.iter().any(|(key, _)| key == TXN_HEADER) {
-            label = self.txn_label();
-            headers = headers.insert(Header {
-                key: TXN_HEADER,
-                value: Some(label.as_bytes()),
-            });
+        // Changelog records carry this transaction's stamp whatever the
+        // run's settings; other records carry it, last, in a stamping run.
+        // (A record may carry an upstream transaction's stamp among the
+        // headers it inherited from its input: readers take the last one.)
+        if self.stamp {
+            let label = self.txn_label();
+            let stamped = record
+                .headers
+                .iter()
+                .any(|(key, value)| key == TXN_HEADER && value == label.as_bytes());
+            if !stamped {
+                headers = headers.insert(Header {
+                    key: TXN_HEADER,
+                    value: Some(label.as_bytes()),
+                });
+            }
         }
         let mut base: BaseRecord<'_, [u8], [u8], usize> =
             BaseRecord::with_opaque_to(record.topic, record.tracked);
@@ -1018,21 +1026,35 @@ impl CommitCycle {
             if !entries.is_empty() {
                 // The stamps of the position rule and the writer chain,
                 // then the transaction (last: the size check reserves
-                // room for it rather than counting it).
-                let header = [
-                    (POSITION_HEADER.to_string(), positions.encode()),
-                    (
-                        EVENT_TIME_HEADER.to_string(),
-                        item.task.clocks().event.to_string().into_bytes(),
-                    ),
-                    (
-                        BASE_HEADER.to_string(),
-                        item.cursor.changelog_offsets.encode(),
-                    ),
-                    (TXN_HEADER.to_string(), self.txn.txn_label().into_bytes()),
-                ];
+                // room for it rather than counting it). The bases go on
+                // the first record of each changelog partition only: a
+                // restore reads them where a transaction begins.
+                let stamps = |bases: bool| {
+                    let mut stamps = vec![
+                        (POSITION_HEADER.to_string(), positions.encode()),
+                        (
+                            EVENT_TIME_HEADER.to_string(),
+                            item.task.clocks().event.to_string().into_bytes(),
+                        ),
+                    ];
+                    if bases {
+                        stamps.push((
+                            BASE_HEADER.to_string(),
+                            item.cursor.changelog_offsets.encode(),
+                        ));
+                    }
+                    stamps.push((TXN_HEADER.to_string(), self.txn.txn_label().into_bytes()));
+                    stamps
+                };
+                let (first, rest) = (stamps(true), stamps(false));
+                let mut based = vec![false; self.changelogs.len()];
                 for entry in &mut entries {
                     let (topic, tracked) = self.changelogs[entry.store].clone();
+                    let header = if std::mem::replace(&mut based[entry.store], true) {
+                        &rest
+                    } else {
+                        &first
+                    };
                     let size = record_size(
                         Some(&entry.key),
                         entry.value.as_deref(),
@@ -1049,7 +1071,7 @@ impl CommitCycle {
                             partition: Some(item.id),
                             key: Some(&entry.key),
                             payload: entry.value.as_deref(),
-                            headers: &header,
+                            headers: header,
                             timestamp: Some(now),
                             tracked,
                         })

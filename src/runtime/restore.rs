@@ -427,13 +427,6 @@ impl Restorer {
                         .and_then(|h| h.iter().find(|h| h.key == key))
                         .and_then(|h| h.value)
                 };
-                let bases = header(BASE_HEADER).and_then(ChangelogOffsets::decode);
-                if let (Some(bases), Some(restoring)) = (&bases, self.tasks.get_mut(&task)) {
-                    for (topic, base) in &bases.0 {
-                        let claim = restoring.claims.entry(topic.clone()).or_insert(*base);
-                        *claim = (*claim).max(*base);
-                    }
-                }
                 let verdict = match (
                     header(POSITION_HEADER).and_then(Positions::decode),
                     self.tasks.get(&task),
@@ -469,8 +462,18 @@ impl Restorer {
                         Some(held) => held.records.push(record),
                         None => {
                             // A new transaction: its base decides every
-                            // one held before it.
+                            // one held before it, and its bases of the
+                            // task's other changelogs are claims for them.
+                            let bases = header(BASE_HEADER).and_then(ChangelogOffsets::decode);
                             let base = bases.as_ref().and_then(|b| b.0.get(&reader.topic).copied());
+                            if let (Some(bases), Some(restoring)) =
+                                (bases, self.tasks.get_mut(&task))
+                            {
+                                for (topic, base) in bases.0 {
+                                    let claim = restoring.claims.entry(topic).or_insert(base);
+                                    *claim = (*claim).max(base);
+                                }
+                            }
                             decide.all(std::mem::take(&mut replay.held), base, None);
                             replay.held.push(Held {
                                 txn: txn.to_vec(),

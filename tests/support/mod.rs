@@ -1033,6 +1033,51 @@ pub fn delete_group(group: &str) {
     }
 }
 
+/// The high watermark of one partition.
+pub fn partition_end(topic: &str, partition: i32) -> i64 {
+    let consumer: BaseConsumer = plain_client().create().unwrap();
+    consumer
+        .fetch_watermarks(topic, partition, Duration::from_secs(10))
+        .unwrap()
+        .1
+}
+
+/// Deletes the records of `topic`'s partitions below `before[p]`
+/// (DeleteRecords), as an operator or retention would.
+pub fn delete_records(topic: &str, before: &[i64]) {
+    let admin: AdminClient<DefaultClientContext> = plain_client().create().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut list = TopicPartitionList::new();
+    for (p, offset) in before.iter().enumerate() {
+        list.add_partition_offset(topic, p as i32, Offset::Offset(*offset))
+            .unwrap();
+    }
+    let result = runtime
+        .block_on(admin.delete_records(
+            &list,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        ))
+        .unwrap();
+    for element in result.elements() {
+        if let Err(e) = element.error() {
+            panic!("cannot delete records of {topic}: {e}");
+        }
+    }
+    let consumer: BaseConsumer = plain_client().create().unwrap();
+    for (p, offset) in before.iter().enumerate() {
+        let (low, _) = consumer
+            .fetch_watermarks(topic, p as i32, Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(
+            low, *offset,
+            "{topic} partition {p} starts where it was truncated"
+        );
+    }
+}
+
 pub fn delete_topic(name: &str) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", &broker().bootstrap)
