@@ -14,12 +14,13 @@
 //! Problems are [`Diagnostic`]s printed as
 //! `topology.yaml:14:5: nodes.fold_account.quiet_for: message`.
 
-pub mod de;
 pub mod describe;
 pub mod model;
 pub mod security;
-pub mod types;
-pub mod yaml;
+
+/// The configuration language, where it used to live (`topology::de`,
+/// `topology::types`, `topology::yaml`).
+pub use crate::config::{de, types, yaml};
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -33,7 +34,8 @@ use model::{
 use types::InputRef;
 use yaml::{Kind, Node as YamlNode, Pos};
 
-use crate::operators::{Issue, NodeInfo, NodeKind};
+use crate::operators::registry::{Issue, NodeInfo, NodeKind};
+pub use crate::state::StoreDef;
 
 /// One problem in a topology file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,8 +134,22 @@ impl Node {
         self.kind.spec().uses_timers()
     }
 
+    /// The full name of one of this node's stores (`<node>-<store>`).
+    pub fn store_name(&self, store: &str) -> String {
+        StoreDef::store_name(&self.name, store)
+    }
+
     pub fn timer_store(&self) -> Option<String> {
-        self.uses_timers().then(|| format!("{}-timers", self.name))
+        self.uses_timers()
+            .then(|| self.store_name(StoreDef::TIMERS))
+    }
+
+    /// The store of the highest upstream offset seen per source partition,
+    /// when the node reads through a repartition topic.
+    pub fn repartition_seen_store(&self) -> Option<String> {
+        self.repartition_topic
+            .as_ref()
+            .map(|_| self.store_name(StoreDef::REPARTITION_SEEN))
     }
 }
 
@@ -160,15 +176,6 @@ pub enum Target {
         input: usize,
     },
     Sink(usize),
-}
-
-/// A store, with the changelog topic that makes it durable.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreDef {
-    /// `<node>-<store>`.
-    pub name: String,
-    /// `<app>-<node>-<store>-changelog`.
-    pub changelog_topic: String,
 }
 
 /// A topic the runtime creates and owns.
@@ -646,7 +653,7 @@ impl Loader {
         let Some(type_name) = type_name else {
             return Some((common, None));
         };
-        let kind = match NodeKind::load(&type_name, node, path) {
+        let kind = match NodeKind::load(&type_name, node, path, NODE_COMMON_FIELDS) {
             None => {
                 let at = node.get("type").map_or(node.pos, |t| t.pos);
                 self.push(
@@ -1012,28 +1019,11 @@ impl Loader {
         for ((name, common, kind), inputs) in nodes.into_iter().zip(node_inputs) {
             let (common, kind) = (common?, kind?);
             let spec = kind.spec();
-            let mut stores: Vec<StoreDef> = spec
-                .stores()
-                .iter()
-                .map(|store| StoreDef {
-                    name: format!("{name}-{store}"),
-                    changelog_topic: format!("{app}-{name}-{store}-changelog"),
-                })
+            let stores: Vec<StoreDef> = kind
+                .stores(common.key_by.is_some())
+                .into_iter()
+                .map(|store| StoreDef::new(&app, &name, store))
                 .collect();
-            if spec.uses_timers() {
-                stores.push(StoreDef {
-                    name: format!("{name}-timers"),
-                    changelog_topic: format!("{app}-{name}-timers-changelog"),
-                });
-            }
-            if common.key_by.is_some() {
-                // Highest upstream offset seen per source partition, to drop
-                // repartition records re-delivered from aborted transactions.
-                stores.push(StoreDef {
-                    name: format!("{name}-repartition-seen"),
-                    changelog_topic: format!("{app}-{name}-repartition-seen-changelog"),
-                });
-            }
             let output_names = spec.outputs();
             topology.nodes.push(Node {
                 repartition_topic: common

@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::types::{HumanDuration, Inputs, JsonPointer};
-use crate::operators::NodeKind;
+use crate::operators::registry::NodeKind;
 
 /// A streamfold topology: where records come from, what happens to them,
 /// and where they go.
@@ -106,8 +106,7 @@ fn default_wait_for_sources() -> bool {
     true
 }
 
-/// librdkafka's default `message.max.bytes`.
-pub const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
+pub use crate::record::DEFAULT_MESSAGE_MAX_BYTES;
 
 impl KafkaConfig {
     /// The producer's `message.max.bytes`: from `producer`, else
