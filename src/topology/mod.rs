@@ -672,11 +672,34 @@ impl Loader {
         Some((common, kind))
     }
 
+    /// Checks a parsed file and builds its topology, in named passes that
+    /// each report every problem they find. Passes that need a sound graph
+    /// run only when the ones before found none.
     fn compile(&mut self, parsed: Parsed) -> Option<Topology> {
         let errors_before = self.diagnostics.len();
+        self.check_unique_names(&parsed);
+        let graph = self.resolve_inputs(&parsed);
+        // A cycle leaves no order to check keys in.
+        let order = self.order_nodes(&parsed, &graph)?;
+        self.check_nodes(&parsed, &graph, &order);
+        // Every source and node output must go somewhere (known only when
+        // every reader parsed and names are unambiguous).
+        if parsed.complete && self.diagnostics.len() == errors_before {
+            self.check_readers(&parsed, &graph);
+        }
+        self.check_not_empty(&parsed);
+        self.check_sections(&parsed);
+        if !parsed.complete || self.diagnostics.len() > errors_before {
+            return None;
+        }
+        let topology = self.assemble(parsed, graph, order)?;
+        self.check_internal_topics(&topology);
+        (self.diagnostics.len() == errors_before).then_some(topology)
+    }
 
-        // Names: sources and nodes share the namespace inputs refer to;
-        // sinks may not reuse either, to keep `describe` unambiguous.
+    /// Names: sources and nodes share the namespace inputs refer to; sinks
+    /// may not reuse either, to keep `describe` unambiguous.
+    fn check_unique_names(&mut self, parsed: &Parsed) {
         let mut seen: HashMap<&str, &str> = HashMap::new();
         let mut duplicates = Vec::new();
         let all_names = parsed
@@ -701,116 +724,96 @@ impl Loader {
                 format!("the name `{name}` is already used in `{first}`; names of sources, nodes and sinks must be unique"),
             );
         }
+    }
 
-        let source_index: HashMap<&str, usize> = parsed
-            .sources
-            .iter()
-            .enumerate()
-            .map(|(i, (n, _))| (n.as_str(), i))
-            .collect();
-        let node_index: HashMap<&str, usize> = parsed
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, (n, _, _))| (n.as_str(), i))
-            .collect();
-        let mut known_names: Vec<&str> = source_index
-            .keys()
-            .chain(node_index.keys())
-            .copied()
-            .collect();
-        known_names.sort_unstable();
-        // Output names of nodes whose operator is known.
-        let output_names: Vec<Option<Vec<String>>> = parsed
-            .nodes
-            .iter()
-            .map(|(_, _, kind)| kind.as_ref().map(|k| k.spec().outputs()))
-            .collect();
-
-        let resolve = |loader: &mut Loader, refs: &[InputRef], at: Vec<String>| -> Vec<Upstream> {
-            let mut out = Vec::new();
-            if refs.is_empty() {
-                loader.error_at(&at, "needs at least one input".into());
-            }
-            let listed = is_seq(&loader.root, &at);
-            for (i, input) in refs.iter().enumerate() {
-                let mut at = at.clone();
-                if listed {
-                    at.push(i.to_string());
-                }
-                let (name, output) = input.split();
-                if let Some(&s) = source_index.get(name) {
-                    match output {
-                        None => out.push(Upstream::Source(s)),
-                        Some(o) => loader.error_at(
-                            &at,
-                            format!("source `{name}` has no output `{o}`; refer to it as `{name}`"),
-                        ),
-                    }
-                } else if let Some(&n) = node_index.get(name) {
-                    match (output, &output_names[n]) {
-                        (None, _) => out.push(Upstream::Node { node: n, output: 0 }),
-                        // The operator failed to parse; its outputs are unknown.
-                        (Some(_), None) => {}
-                        (Some(o), Some(names)) => match names.iter().position(|x| x == o) {
-                            Some(p) => out.push(Upstream::Node {
-                                node: n,
-                                output: p + 1,
-                            }),
-                            None if names.is_empty() => loader.error_at(
-                                &at,
-                                format!(
-                                    "node `{name}` has a single output; refer to it as `{name}`"
-                                ),
-                            ),
-                            None => {
-                                let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                                let message = match de::suggest(o, &names) {
-                                    Some(best) => {
-                                        format!(
-                                            "`{name}` has no output `{o}`, did you mean `{best}`?"
-                                        )
-                                    }
-                                    None => format!(
-                                        "`{name}` has no output `{o}`; its outputs are {}",
-                                        names
-                                            .iter()
-                                            .map(|n| format!("`{n}`"))
-                                            .collect::<Vec<_>>()
-                                            .join(", ")
-                                    ),
-                                };
-                                loader.error_at(&at, message);
-                            }
-                        },
-                    }
-                } else {
-                    loader.error_at(&at, unknown_name("input", name, &known_names));
-                }
-            }
-            out
+    /// Inputs: every `input` of a node or sink names a source, a node, or
+    /// a named output of a node.
+    fn resolve_inputs(&mut self, parsed: &Parsed) -> Graph {
+        let names = Names::of(parsed);
+        let mut graph = Graph {
+            node_inputs: Vec::new(),
+            sink_inputs: Vec::new(),
+            // Output names of nodes whose operator is known.
+            output_names: parsed
+                .nodes
+                .iter()
+                .map(|(_, _, kind)| kind.as_ref().map(|k| k.spec().outputs()))
+                .collect(),
         };
-
-        let mut node_inputs = Vec::new();
         for (name, common, _) in &parsed.nodes {
             let at = vec!["nodes".into(), name.clone(), "input".into()];
-            node_inputs.push(match common {
-                Some(common) => resolve(self, common.input.refs(), at),
+            let inputs = match common {
+                Some(common) => self.resolve(&names, &graph.output_names, common.input.refs(), at),
                 None => Vec::new(),
-            });
+            };
+            graph.node_inputs.push(inputs);
         }
-        let mut sink_inputs = Vec::new();
         for (name, sink) in &parsed.sinks {
             let at = vec!["sinks".into(), name.clone(), "input".into()];
-            sink_inputs.push(match sink {
-                Some(sink) => resolve(self, sink.input.refs(), at),
+            let inputs = match sink {
+                Some(sink) => self.resolve(&names, &graph.output_names, sink.input.refs(), at),
                 None => Vec::new(),
-            });
+            };
+            graph.sink_inputs.push(inputs);
         }
+        graph
+    }
 
-        // Cycles, and a topological order for everything else.
-        let order = match topological_order(&node_inputs) {
-            Ok(order) => order,
+    /// The upstreams `refs` (the `input` at `at`) name.
+    fn resolve(
+        &mut self,
+        names: &Names<'_>,
+        output_names: &[Option<Vec<String>>],
+        refs: &[InputRef],
+        at: Vec<String>,
+    ) -> Vec<Upstream> {
+        let mut out = Vec::new();
+        if refs.is_empty() {
+            self.error_at(&at, "needs at least one input".into());
+        }
+        let listed = is_seq(&self.root, &at);
+        for (i, input) in refs.iter().enumerate() {
+            let mut at = at.clone();
+            if listed {
+                at.push(i.to_string());
+            }
+            let (name, output) = input.split();
+            if let Some(&s) = names.sources.get(name) {
+                match output {
+                    None => out.push(Upstream::Source(s)),
+                    Some(o) => self.error_at(
+                        &at,
+                        format!("source `{name}` has no output `{o}`; refer to it as `{name}`"),
+                    ),
+                }
+            } else if let Some(&n) = names.nodes.get(name) {
+                match (output, &output_names[n]) {
+                    (None, _) => out.push(Upstream::Node { node: n, output: 0 }),
+                    // The operator failed to parse; its outputs are unknown.
+                    (Some(_), None) => {}
+                    (Some(o), Some(outputs)) => match outputs.iter().position(|x| x == o) {
+                        Some(p) => out.push(Upstream::Node {
+                            node: n,
+                            output: p + 1,
+                        }),
+                        None if outputs.is_empty() => self.error_at(
+                            &at,
+                            format!("node `{name}` has a single output; refer to it as `{name}`"),
+                        ),
+                        None => self.error_at(&at, no_such_output(name, o, outputs)),
+                    },
+                }
+            } else {
+                self.error_at(&at, unknown_name("input", name, &names.known));
+            }
+        }
+        out
+    }
+
+    /// Cycles, and a topological order for everything else.
+    fn order_nodes(&mut self, parsed: &Parsed, graph: &Graph) -> Option<Vec<usize>> {
+        match topological_order(&graph.node_inputs) {
+            Ok(order) => Some(order),
             Err(cycle) => {
                 let names: Vec<&str> = cycle.iter().map(|&i| parsed.nodes[i].0.as_str()).collect();
                 let first = &parsed.nodes[cycle[0]].0;
@@ -818,24 +821,27 @@ impl Loader {
                     &["nodes".into(), first.clone(), "input".into()],
                     format!("cycle: {} -> {}", names.join(" -> "), names[0]),
                 );
-                return None;
+                None
             }
-        };
+        }
+    }
 
-        // Keys: a keyed operator needs keyed input or `key_by`. Unknown
-        // parts count as keyed so they raise no second error.
+    /// Keys, then each operator's own checks: a keyed operator needs keyed
+    /// input or `key_by`. Unknown parts count as keyed so they raise no
+    /// second error.
+    fn check_nodes(&mut self, parsed: &Parsed, graph: &Graph, order: &[usize]) {
         let mut output_keyed = vec![true; parsed.nodes.len()];
         let max_record_bytes = parsed.kafka.as_ref().map_or(
-            crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES,
+            model::DEFAULT_MESSAGE_MAX_BYTES,
             KafkaConfig::max_record_bytes,
         );
-        for &i in &order {
+        for &i in order {
             let (name, Some(common), Some(kind)) = &parsed.nodes[i] else {
                 continue;
             };
             let spec = kind.spec();
             let mut input_keyed = true;
-            for upstream in &node_inputs[i] {
+            for upstream in &graph.node_inputs[i] {
                 let (keyed, from) = match *upstream {
                     Upstream::Source(s) => (
                         parsed.sources[s]
@@ -884,32 +890,36 @@ impl Loader {
                 self.error_at(&at, issue.message);
             }
         }
+    }
 
-        // Every source and node output must go somewhere (known only when
-        // every reader parsed and names are unambiguous).
-        if parsed.complete && self.diagnostics.len() == errors_before {
-            self.check_readers(&parsed, &output_names, &node_inputs, &sink_inputs);
-        }
-        self.check_not_empty(&parsed);
-
+    /// Each section's own checks, which live beside its config type in
+    /// [`model`] and [`security`]; and the checks that span sections.
+    fn check_sections(&mut self, parsed: &Parsed) {
         for (name, sink) in &parsed.sinks {
             let Some(sink) = sink else { continue };
-            if !sink.create {
-                for (field, set) in [
-                    ("partitions", sink.partitions.is_some()),
-                    ("compact", sink.compact),
-                ] {
-                    if set {
-                        self.error_at(
-                            &["sinks".into(), name.clone(), field.into()],
-                            format!("`{field}` only applies when the sink creates its topic (`create: true`)"),
-                        );
-                    }
-                }
+            for (field, message) in sink.problems() {
+                self.error_at(&["sinks".into(), name.clone(), field.into()], message);
             }
         }
-        // Retries block processing: they must end well within a
-        // transaction.
+        self.check_retries(parsed);
+        if let Some(processing) = &parsed.processing {
+            for (field, message) in processing.problems() {
+                self.error_at(&["processing".into(), field.into()], message);
+            }
+        }
+        self.check_formats(parsed);
+        if let Some(kafka) = &parsed.kafka {
+            for (path, message) in kafka.security_problems() {
+                let mut at = vec!["kafka".to_string()];
+                at.extend(path);
+                self.error_at(&at, message);
+            }
+        }
+    }
+
+    /// Retry settings make sense, and retries, which block processing, end
+    /// well within a transaction.
+    fn check_retries(&mut self, parsed: &Parsed) {
         let timeout = parsed
             .processing
             .as_ref()
@@ -938,45 +948,16 @@ impl Loader {
                 path.push(field.to_string());
                 self.error_at(&path, message);
             }
-            let worst = retry.worst_case();
-            if worst > timeout / 2 {
-                self.error_at(
-                    &at,
-                    format!(
-                        "these retries can take {} per record, more than half the transaction timeout ({}); lower `max_attempts` or `max_backoff`",
-                        types::HumanDuration(std::time::Duration::from_millis(worst.as_millis() as u64)),
-                        types::HumanDuration(timeout)
-                    ),
-                );
-            }
-        }
-        if let Some(processing) = &parsed.processing {
-            for (field, value) in [
-                ("commit_interval", processing.commit_interval()),
-                ("punctuation_interval", processing.punctuation_interval),
-                ("transaction_timeout", processing.transaction_timeout),
-            ] {
-                if value.0.is_zero() {
-                    self.error_at(
-                        &["processing".into(), field.into()],
-                        "must be longer than zero".into(),
-                    );
-                }
-            }
-        }
-
-        self.check_formats(&parsed);
-        if let Some(kafka) = &parsed.kafka {
-            for (path, message) in kafka.security_problems() {
-                let mut at = vec!["kafka".to_string()];
-                at.extend(path);
+            if let Some(message) = retry.timeout_problem(timeout) {
                 self.error_at(&at, message);
             }
         }
+    }
 
-        if !parsed.complete || self.diagnostics.len() > errors_before {
-            return None;
-        }
+    /// The checked topology, with its stores, internal topics and the
+    /// targets of every source and node. `None` if a part is missing
+    /// (reported already).
+    fn assemble(&mut self, parsed: Parsed, graph: Graph, order: Vec<usize>) -> Option<Topology> {
         let Parsed {
             name: Some(app),
             description,
@@ -1016,15 +997,14 @@ impl Loader {
                 targets: Vec::new(),
             });
         }
-        for ((name, common, kind), inputs) in nodes.into_iter().zip(node_inputs) {
+        for ((name, common, kind), inputs) in nodes.into_iter().zip(graph.node_inputs) {
             let (common, kind) = (common?, kind?);
-            let spec = kind.spec();
             let stores: Vec<StoreDef> = kind
                 .stores(common.key_by.is_some())
                 .into_iter()
                 .map(|store| StoreDef::new(&app, &name, store))
                 .collect();
-            let output_names = spec.outputs();
+            let output_names = kind.spec().outputs();
             topology.nodes.push(Node {
                 repartition_topic: common
                     .key_by
@@ -1039,7 +1019,7 @@ impl Loader {
                 stores,
             });
         }
-        for ((name, config), inputs) in sinks.into_iter().zip(sink_inputs) {
+        for ((name, config), inputs) in sinks.into_iter().zip(graph.sink_inputs) {
             topology.sinks.push(Sink {
                 name,
                 config: config?,
@@ -1057,8 +1037,11 @@ impl Loader {
                 push_target(&mut topology, upstream, Target::Sink(s));
             }
         }
+        Some(topology)
+    }
 
-        // Internal topics must not collide with the user's.
+    /// Internal topics must not collide with the user's.
+    fn check_internal_topics(&mut self, topology: &Topology) {
         let user_topics: HashSet<&str> = topology
             .sources
             .iter()
@@ -1077,7 +1060,64 @@ impl Loader {
                 format!("the internal topic `{clash}` would be the same as a source or sink topic; rename the application or the topic"),
             );
         }
-        (self.diagnostics.len() == errors_before).then_some(topology)
+    }
+}
+
+/// What the inputs of a file resolve to: the edges of its graph.
+struct Graph {
+    /// Per node, what feeds it, in the order of its `input`.
+    node_inputs: Vec<Vec<Upstream>>,
+    /// Per sink, what feeds it.
+    sink_inputs: Vec<Vec<Upstream>>,
+    /// Per node, its named outputs (`None` if its operator did not parse).
+    output_names: Vec<Option<Vec<String>>>,
+}
+
+/// The names inputs may refer to.
+struct Names<'a> {
+    sources: HashMap<&'a str, usize>,
+    nodes: HashMap<&'a str, usize>,
+    /// Both, sorted, for suggestions.
+    known: Vec<&'a str>,
+}
+
+impl Names<'_> {
+    fn of(parsed: &Parsed) -> Names<'_> {
+        let sources: HashMap<&str, usize> = parsed
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| (n.as_str(), i))
+            .collect();
+        let nodes: HashMap<&str, usize> = parsed
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _, _))| (n.as_str(), i))
+            .collect();
+        let mut known: Vec<&str> = sources.keys().chain(nodes.keys()).copied().collect();
+        known.sort_unstable();
+        Names {
+            sources,
+            nodes,
+            known,
+        }
+    }
+}
+
+/// `node` has named outputs, but not `output`.
+fn no_such_output(node: &str, output: &str, outputs: &[String]) -> String {
+    let outputs: Vec<&str> = outputs.iter().map(String::as_str).collect();
+    match de::suggest(output, &outputs) {
+        Some(best) => format!("`{node}` has no output `{output}`, did you mean `{best}`?"),
+        None => format!(
+            "`{node}` has no output `{output}`; its outputs are {}",
+            outputs
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 
@@ -1086,16 +1126,10 @@ impl Loader {
     /// records would end nowhere. A route's default output may go unread
     /// (records no route matches end there, counted), but not all of its
     /// outputs; an unread named route is a warning.
-    fn check_readers(
-        &mut self,
-        parsed: &Parsed,
-        output_names: &[Option<Vec<String>>],
-        node_inputs: &[Vec<Upstream>],
-        sink_inputs: &[Vec<Upstream>],
-    ) {
+    fn check_readers(&mut self, parsed: &Parsed, graph: &Graph) {
         let mut read_sources: HashSet<usize> = HashSet::new();
         let mut consumed: HashSet<(usize, usize)> = HashSet::new();
-        for upstream in node_inputs.iter().chain(sink_inputs).flatten() {
+        for upstream in graph.node_inputs.iter().chain(&graph.sink_inputs).flatten() {
             match *upstream {
                 Upstream::Source(s) => {
                     read_sources.insert(s);
@@ -1114,7 +1148,7 @@ impl Loader {
             }
         }
         for (i, (name, _, _)) in parsed.nodes.iter().enumerate() {
-            let Some(routes) = &output_names[i] else {
+            let Some(routes) = &graph.output_names[i] else {
                 continue;
             };
             if routes.is_empty() {
@@ -1195,20 +1229,8 @@ impl Loader {
             vec![section.into(), name.into(), field.into()]
         };
         if let Some(Some(registry)) = &parsed.schema_registry {
-            let field = |f: &str| vec!["schema_registry".to_string(), f.to_string()];
-            for url in registry.url.split(',').map(str::trim) {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    self.error_at(
-                        &field("url"),
-                        format!(
-                            "`{url}` is not an http(s) URL such as `http://schema-registry:8081`"
-                        ),
-                    );
-                }
-            }
-            let set = |field: &Option<String>| field.as_deref().is_some_and(|v| !v.is_empty());
-            if set(&registry.password) && !set(&registry.username) {
-                self.error_at(&field("password"), "`password` needs `username`".into());
+            for (field, message) in registry.problems() {
+                self.error_at(&["schema_registry".into(), field.into()], message);
             }
         }
         // Where Avro is used, for the one "needs a registry" error.
