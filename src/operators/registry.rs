@@ -238,3 +238,54 @@ impl Issue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    /// The `type` values a JSON Schema accepts, wherever it lists them.
+    fn type_values(schema: &Value, out: &mut Vec<String>) {
+        match schema {
+            Value::Object(map) => {
+                if let Some(Value::Object(ty)) = map.get("properties").and_then(|p| p.get("type")) {
+                    if let Some(Value::String(name)) = ty.get("const") {
+                        out.push(name.clone());
+                    }
+                    if let Some(Value::Array(names)) = ty.get("enum") {
+                        out.extend(names.iter().filter_map(|n| n.as_str().map(String::from)));
+                    }
+                }
+                map.values().for_each(|v| type_values(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| type_values(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn the_schema_the_loader_and_the_type_list_name_the_same_operators() {
+        let schema = serde_json::to_value(schemars::schema_for!(NodeKind)).unwrap();
+        let mut in_schema = Vec::new();
+        type_values(&schema, &mut in_schema);
+        in_schema.sort_unstable();
+        let mut types = NodeKind::TYPES.to_vec();
+        types.sort_unstable();
+        assert_eq!(in_schema, types);
+        // Every listed type loads (here: fails on its options, not as an
+        // unknown type) and names itself back.
+        let empty = YamlNode {
+            pos: crate::config::yaml::Pos { line: 1, col: 1 },
+            kind: crate::config::yaml::Kind::Map(Vec::new()),
+        };
+        for name in NodeKind::TYPES {
+            let loaded = NodeKind::load(name, &empty, &Path::root(), &[]);
+            assert!(loaded.is_some(), "`{name}` is listed but does not load");
+            if let Some(Ok(kind)) = loaded {
+                assert_eq!(kind.type_name(), *name);
+            }
+        }
+        assert!(NodeKind::load("no_such_operator", &empty, &Path::root(), &[]).is_none());
+    }
+}
