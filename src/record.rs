@@ -2,6 +2,10 @@
 
 use serde_json::Value;
 
+/// librdkafka's default `message.max.bytes`: the largest record a producer
+/// sends unless the topology says otherwise.
+pub const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
+
 /// Milliseconds since the Unix epoch, the unit of every clock.
 pub type Timestamp = i64;
 

@@ -5,8 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::config::types::JsonPointer;
 use crate::record::Timestamp;
-use crate::topology::types::JsonPointer;
 
 /// What happens to a record an operator rejects on purpose (a duplicate, a
 /// stale update, a late event): it is always counted, and it either

@@ -57,11 +57,11 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{OnReject, ago, id_bytes, topic_fingerprint};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use crate::config::types::{HumanDuration, JsonPointer};
 use crate::record::{Record, Timestamp, key_text};
 use crate::state::timers::{Clock, Timer};
 use crate::state::{JsonState, StateError, StateSet, StoreHandle};
 use crate::telemetry::NodeCounter;
-use crate::topology::types::{HumanDuration, JsonPointer};
 
 /// Options of a `dedup` node.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
@@ -94,6 +94,15 @@ impl OperatorSpec for DedupConfig {
 
     fn uses_timers(&self) -> bool {
         true
+    }
+
+    fn counters(&self) -> &'static [NodeCounter] {
+        &[
+            NodeCounter::Dropped,
+            NodeCounter::DedupDuplicates,
+            NodeCounter::DedupRedeliveries,
+            NodeCounter::DedupExpired,
+        ]
     }
 
     fn validate(&self, _node: &NodeInfo<'_>, issues: &mut Vec<Issue>) {
@@ -412,7 +421,7 @@ mod tests {
             &NodeInfo {
                 name: "n",
                 key_by: None,
-                max_record_bytes: crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES,
+                max_record_bytes: crate::record::DEFAULT_MESSAGE_MAX_BYTES,
             },
             &mut issues,
         );

@@ -43,6 +43,10 @@ pub struct FilterConfig {
 }
 
 impl OperatorSpec for FilterConfig {
+    fn counters(&self) -> &'static [NodeCounter] {
+        &[NodeCounter::Dropped, NodeCounter::FilterRejected]
+    }
+
     fn validate(&self, _node: &NodeInfo<'_>, issues: &mut Vec<Issue>) {
         if let Some(error) = check(&self.condition, &[]) {
             issues.push(Issue::new(&["condition"], error.to_string()));

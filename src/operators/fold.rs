@@ -86,12 +86,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use crate::config::types::{HumanDuration, JsonPointer};
 use crate::formats::json::{canonical_cmp, rfc3339_millis};
 use crate::record::{Record, Timestamp, key_text};
 use crate::state::timers::{Clock, Timer};
 use crate::state::{JsonState, StateError, StateSet, StoreHandle};
 use crate::telemetry::{NodeCounter, NodeGauge};
-use crate::topology::types::{HumanDuration, JsonPointer};
 
 /// Options of a `fold` node.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
@@ -221,6 +221,21 @@ impl OperatorSpec for FoldConfig {
 
     fn uses_timers(&self) -> bool {
         self.quiet_for.is_some() || self.max_wait.is_some()
+    }
+
+    fn counters(&self) -> &'static [NodeCounter] {
+        &[
+            NodeCounter::FoldEligible,
+            NodeCounter::FoldFolded,
+            NodeCounter::FoldClosedQuiet,
+            NodeCounter::FoldClosedMaxWait,
+            NodeCounter::FoldClosedMaxEvents,
+            NodeCounter::FoldClosedMaxBytes,
+        ]
+    }
+
+    fn gauges(&self) -> &'static [NodeGauge] {
+        &[NodeGauge::FoldsOpen]
     }
 
     fn validate(&self, node: &NodeInfo<'_>, issues: &mut Vec<Issue>) {

@@ -56,6 +56,10 @@ fn default_max_outputs() -> NonZeroUsize {
 }
 
 impl OperatorSpec for MapConfig {
+    fn counters(&self) -> &'static [NodeCounter] {
+        &[NodeCounter::Dropped, NodeCounter::MapEmpty]
+    }
+
     fn validate(&self, _node: &NodeInfo<'_>, issues: &mut Vec<Issue>) {
         if let Some(error) = check(&self.expression, &[]) {
             issues.push(Issue::new(&["expression"], error.to_string()));

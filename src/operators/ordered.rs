@@ -59,11 +59,11 @@ use serde_json::{Map, Value};
 
 use super::common::{OnReject, describe, legal_name, read_order};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use crate::config::types::JsonPointer;
 use crate::formats::json::canonical_cmp;
 use crate::record::{Record, key_text};
 use crate::state::{JsonState, StateError, StateSet, StoreHandle};
 use crate::telemetry::NodeCounter;
-use crate::topology::types::JsonPointer;
 
 /// Options of an `ordered` node.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
@@ -103,6 +103,10 @@ impl OperatorSpec for OrderedConfig {
 
     fn stores(&self) -> &'static [&'static str] {
         &["latest"]
+    }
+
+    fn counters(&self) -> &'static [NodeCounter] {
+        &[NodeCounter::Dropped, NodeCounter::OrderedStale]
     }
 
     fn validate(&self, _node: &NodeInfo<'_>, issues: &mut Vec<Issue>) {

@@ -92,11 +92,11 @@ use super::common::{
 };
 use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use crate::config::types::JsonPointer;
 use crate::formats::json::type_name;
 use crate::record::{Record, Timestamp, key_text};
 use crate::state::{JsonState, StateError, StateSet, StoreHandle, prefix_end};
 use crate::telemetry::NodeCounter;
-use crate::topology::types::JsonPointer;
 
 /// Options of a `projection` node.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
@@ -169,6 +169,15 @@ impl OperatorSpec for ProjectionConfig {
         } else {
             &["entities", "events", "ids"]
         }
+    }
+
+    fn counters(&self) -> &'static [NodeCounter] {
+        &[
+            NodeCounter::Dropped,
+            NodeCounter::ProjectionDuplicates,
+            NodeCounter::ProjectionRefolds,
+            NodeCounter::ProjectionUnknown,
+        ]
     }
 
     fn validate(&self, node: &NodeInfo<'_>, issues: &mut Vec<Issue>) {

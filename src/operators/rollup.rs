@@ -96,12 +96,12 @@ use super::common::{
 };
 use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use crate::config::types::{HumanDuration, JsonPointer};
 use crate::formats::json::{rfc3339_millis, type_name};
 use crate::record::{Record, Timestamp, key_text};
 use crate::state::timers::{Clock, Timer};
 use crate::state::{JsonState, StateError, StateSet, StoreHandle, prefix_end};
 use crate::telemetry::{NodeCounter, NodeGauge};
-use crate::topology::types::{HumanDuration, JsonPointer};
 
 /// Options of a `rollup` node.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
@@ -167,6 +167,20 @@ impl OperatorSpec for RollupConfig {
 
     fn uses_timers(&self) -> bool {
         true
+    }
+
+    fn counters(&self) -> &'static [NodeCounter] {
+        &[
+            NodeCounter::Dropped,
+            NodeCounter::RollupDuplicates,
+            NodeCounter::RollupLate,
+            NodeCounter::RollupRollups,
+            NodeCounter::RollupUnknownReads,
+        ]
+    }
+
+    fn gauges(&self) -> &'static [NodeGauge] {
+        &[NodeGauge::RollupQueued]
     }
 
     fn validate(&self, node: &NodeInfo<'_>, issues: &mut Vec<Issue>) {

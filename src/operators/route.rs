@@ -61,6 +61,12 @@ impl OperatorSpec for RouteConfig {
         self.routes.keys().cloned().collect()
     }
 
+    /// Records on a route nobody reads (or on an unread default output)
+    /// are dropped.
+    fn counters(&self) -> &'static [NodeCounter] {
+        &[NodeCounter::Dropped, NodeCounter::RouteUnmatched]
+    }
+
     fn validate(&self, _node: &NodeInfo<'_>, issues: &mut Vec<Issue>) {
         if self.routes.is_empty() {
             issues.push(Issue::new(

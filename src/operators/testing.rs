@@ -5,12 +5,12 @@
 use serde_json::Value;
 
 use super::{Clocks, Context, Emit, NodeInfo, NodeKind, OpError, Operator};
+use crate::config::types::JsonPointer;
 use crate::record::{Origin, Record, Timestamp};
 use crate::state::memory::MemoryBackend;
 use crate::state::timers::{Clock, TimerState};
-use crate::state::{StateSet, StateValue, StoreHandle, StoreView};
+use crate::state::{StateSet, StateValue, StoreDef, StoreHandle, StoreView};
 use crate::telemetry::{NodeCounter, NodeStats};
-use crate::topology::types::JsonPointer;
 
 pub const TOPIC: &str = "in";
 
@@ -34,21 +34,22 @@ impl Harness {
         let info = NodeInfo {
             name: "n",
             key_by: key_by.as_ref(),
-            max_record_bytes: crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES,
+            max_record_bytes: crate::record::DEFAULT_MESSAGE_MAX_BYTES,
         };
         let spec = kind.spec();
         let mut issues = Vec::new();
         spec.validate(&info, &mut issues);
         assert!(issues.is_empty(), "{issues:?}");
-        let mut names: Vec<String> = spec.stores().iter().map(|s| info.store_name(s)).collect();
-        if spec.uses_timers() {
-            names.push(info.store_name("timers"));
-        }
+        let names: Vec<String> = kind
+            .stores(info.key_by.is_some())
+            .into_iter()
+            .map(|s| info.store_name(s))
+            .collect();
         let mut state = StateSet::new(Box::new(MemoryBackend::new(names.len())), names);
         let operator = spec.build(&info, &mut state).unwrap();
         let timers = spec
             .uses_timers()
-            .then(|| TimerState::declare(&mut state, &info.store_name("timers")).unwrap());
+            .then(|| TimerState::declare(&mut state, &info.store_name(StoreDef::TIMERS)).unwrap());
         let mut harness = Harness {
             kind: kind.clone(),
             key_by: key_by.clone(),
@@ -79,12 +80,13 @@ impl Harness {
         let info = NodeInfo {
             name: "n",
             key_by: self.key_by.as_ref(),
-            max_record_bytes: crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES,
+            max_record_bytes: crate::record::DEFAULT_MESSAGE_MAX_BYTES,
         };
         let spec = self.kind.spec();
         self.operator = spec.build(&info, &mut self.state).unwrap();
         if spec.uses_timers() {
-            self.timers = Some(TimerState::declare(&mut self.state, "n-timers").unwrap());
+            let timers = info.store_name(StoreDef::TIMERS);
+            self.timers = Some(TimerState::declare(&mut self.state, &timers).unwrap());
         }
         let mut out = Vec::new();
         let mut ctx = Context {

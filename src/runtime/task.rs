@@ -211,8 +211,8 @@ impl Task {
                 Some(store) => Some(TimerState::declare(&mut state, &store)?),
                 None => None,
             };
-            let seen = match node.repartition_topic {
-                Some(_) => Some(state.declare::<Seen>(&format!("{}-repartition-seen", node.name))?),
+            let seen = match node.repartition_seen_store() {
+                Some(store) => Some(state.declare::<Seen>(&store)?),
                 None => None,
             };
             nodes.push(NodeRuntime {

@@ -46,6 +46,40 @@ pub enum StateError {
     UnknownStore(String),
 }
 
+/// A store of a task, with the changelog topic that makes it durable. The
+/// one naming rule for stores: the topology compiler, the task and the
+/// operators' test harness all name stores through it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreDef {
+    /// `<node>-<store>`, unique in a topology.
+    pub name: String,
+    /// `<app>-<node>-<store>-changelog`.
+    pub changelog_topic: String,
+}
+
+impl StoreDef {
+    /// The store of a node's timers.
+    pub const TIMERS: &'static str = "timers";
+    /// The store of the highest upstream offset seen per source partition,
+    /// of a node that reads through a repartition topic.
+    pub const REPARTITION_SEEN: &'static str = "repartition-seen";
+
+    /// The store `store` (a short name such as `open`) of node `node` of
+    /// application `app`.
+    pub fn new(app: &str, node: &str, store: &str) -> StoreDef {
+        let name = StoreDef::store_name(node, store);
+        StoreDef {
+            changelog_topic: format!("{app}-{name}-changelog"),
+            name,
+        }
+    }
+
+    /// The full name of store `store` of node `node`: `<node>-<store>`.
+    pub fn store_name(node: &str, store: &str) -> String {
+        format!("{node}-{store}")
+    }
+}
+
 /// One key-value pair as stored: ordered bytes.
 pub type RawEntry = (Box<[u8]>, Box<[u8]>);
 

@@ -134,7 +134,7 @@ fn queryable(t: &Topology) -> Vec<(String, &str)> {
         .iter()
         .filter_map(|n| {
             let store = n.kind.spec().queryable_store()?;
-            Some((format!("{}-{store}", n.name), n.name.as_str()))
+            Some((n.store_name(store), n.name.as_str()))
         })
         .collect()
 }

@@ -7,33 +7,35 @@
 //!    ([`yaml`]); each section, and each source, node and sink within it,
 //!    is deserialized on its own ([`de`]), so a typo in one node does not
 //!    hide a bad duration in another;
-//! 2. **compile**: names resolve, the graph is acyclic, keyed operators
-//!    have a key, option combinations make sense, and each operator checks
-//!    its own options.
+//! 2. **compile** (`compile.rs`, in named passes): names resolve, the
+//!    graph is acyclic, keyed operators have a key, option combinations
+//!    make sense (each section's checks beside its type in [`model`]), and
+//!    each operator checks its own options through the operator registry.
 //!
 //! Problems are [`Diagnostic`]s printed as
 //! `topology.yaml:14:5: nodes.fold_account.quiet_for: message`.
 
-pub mod de;
+mod compile;
 pub mod describe;
 pub mod model;
 pub mod security;
-pub mod types;
-pub mod yaml;
 
-use std::collections::{HashMap, HashSet};
+/// The configuration language, where it used to live (`topology::de`,
+/// `topology::types`, `topology::yaml`).
+pub use crate::config::{de, types, yaml};
+
 use std::fmt;
 use std::path::Path as FsPath;
 
 use de::{DeError, Path, from_node, unknown_name};
 use model::{
-    DeadLetterConfig, Format, KafkaConfig, KeyFormat, NODE_COMMON_FIELDS, NodeCommon,
-    ProcessingConfig, QueriesConfig, SchemaRegistryConfig, SinkConfig, SourceConfig,
+    DeadLetterConfig, KafkaConfig, NODE_COMMON_FIELDS, NodeCommon, ProcessingConfig, QueriesConfig,
+    SchemaRegistryConfig, SinkConfig, SourceConfig,
 };
-use types::InputRef;
 use yaml::{Kind, Node as YamlNode, Pos};
 
-use crate::operators::{Issue, NodeInfo, NodeKind};
+use crate::operators::registry::{NodeInfo, NodeKind};
+pub use crate::state::StoreDef;
 
 /// One problem in a topology file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,8 +134,22 @@ impl Node {
         self.kind.spec().uses_timers()
     }
 
+    /// The full name of one of this node's stores (`<node>-<store>`).
+    pub fn store_name(&self, store: &str) -> String {
+        StoreDef::store_name(&self.name, store)
+    }
+
     pub fn timer_store(&self) -> Option<String> {
-        self.uses_timers().then(|| format!("{}-timers", self.name))
+        self.uses_timers()
+            .then(|| self.store_name(StoreDef::TIMERS))
+    }
+
+    /// The store of the highest upstream offset seen per source partition,
+    /// when the node reads through a repartition topic.
+    pub fn repartition_seen_store(&self) -> Option<String> {
+        self.repartition_topic
+            .as_ref()
+            .map(|_| self.store_name(StoreDef::REPARTITION_SEEN))
     }
 }
 
@@ -160,15 +176,6 @@ pub enum Target {
         input: usize,
     },
     Sink(usize),
-}
-
-/// A store, with the changelog topic that makes it durable.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreDef {
-    /// `<node>-<store>`.
-    pub name: String,
-    /// `<app>-<node>-<store>-changelog`.
-    pub changelog_topic: String,
 }
 
 /// A topic the runtime creates and owns.
@@ -646,7 +653,7 @@ impl Loader {
         let Some(type_name) = type_name else {
             return Some((common, None));
         };
-        let kind = match NodeKind::load(&type_name, node, path) {
+        let kind = match NodeKind::load(&type_name, node, path, NODE_COMMON_FIELDS) {
             None => {
                 let at = node.get("type").map_or(node.pos, |t| t.pos);
                 self.push(
@@ -664,714 +671,10 @@ impl Loader {
         };
         Some((common, kind))
     }
-
-    fn compile(&mut self, parsed: Parsed) -> Option<Topology> {
-        let errors_before = self.diagnostics.len();
-
-        // Names: sources and nodes share the namespace inputs refer to;
-        // sinks may not reuse either, to keep `describe` unambiguous.
-        let mut seen: HashMap<&str, &str> = HashMap::new();
-        let mut duplicates = Vec::new();
-        let all_names = parsed
-            .sources
-            .iter()
-            .map(|(n, _)| ("sources", n.as_str()))
-            .chain(parsed.nodes.iter().map(|(n, _, _)| ("nodes", n.as_str())))
-            .chain(parsed.sinks.iter().map(|(n, _)| ("sinks", n.as_str())));
-        for (section, name) in all_names {
-            match seen.get(name) {
-                // Within one section YAML already reported the duplicate key.
-                Some(first) if *first == section => {}
-                Some(first) => duplicates.push((section, name.to_string(), first.to_string())),
-                None => {
-                    seen.insert(name, section);
-                }
-            }
-        }
-        for (section, name, first) in duplicates {
-            self.error_at(
-                &[section.to_string(), name.clone()],
-                format!("the name `{name}` is already used in `{first}`; names of sources, nodes and sinks must be unique"),
-            );
-        }
-
-        let source_index: HashMap<&str, usize> = parsed
-            .sources
-            .iter()
-            .enumerate()
-            .map(|(i, (n, _))| (n.as_str(), i))
-            .collect();
-        let node_index: HashMap<&str, usize> = parsed
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, (n, _, _))| (n.as_str(), i))
-            .collect();
-        let mut known_names: Vec<&str> = source_index
-            .keys()
-            .chain(node_index.keys())
-            .copied()
-            .collect();
-        known_names.sort_unstable();
-        // Output names of nodes whose operator is known.
-        let output_names: Vec<Option<Vec<String>>> = parsed
-            .nodes
-            .iter()
-            .map(|(_, _, kind)| kind.as_ref().map(|k| k.spec().outputs()))
-            .collect();
-
-        let resolve = |loader: &mut Loader, refs: &[InputRef], at: Vec<String>| -> Vec<Upstream> {
-            let mut out = Vec::new();
-            if refs.is_empty() {
-                loader.error_at(&at, "needs at least one input".into());
-            }
-            let listed = is_seq(&loader.root, &at);
-            for (i, input) in refs.iter().enumerate() {
-                let mut at = at.clone();
-                if listed {
-                    at.push(i.to_string());
-                }
-                let (name, output) = input.split();
-                if let Some(&s) = source_index.get(name) {
-                    match output {
-                        None => out.push(Upstream::Source(s)),
-                        Some(o) => loader.error_at(
-                            &at,
-                            format!("source `{name}` has no output `{o}`; refer to it as `{name}`"),
-                        ),
-                    }
-                } else if let Some(&n) = node_index.get(name) {
-                    match (output, &output_names[n]) {
-                        (None, _) => out.push(Upstream::Node { node: n, output: 0 }),
-                        // The operator failed to parse; its outputs are unknown.
-                        (Some(_), None) => {}
-                        (Some(o), Some(names)) => match names.iter().position(|x| x == o) {
-                            Some(p) => out.push(Upstream::Node {
-                                node: n,
-                                output: p + 1,
-                            }),
-                            None if names.is_empty() => loader.error_at(
-                                &at,
-                                format!(
-                                    "node `{name}` has a single output; refer to it as `{name}`"
-                                ),
-                            ),
-                            None => {
-                                let names: Vec<&str> = names.iter().map(String::as_str).collect();
-                                let message = match de::suggest(o, &names) {
-                                    Some(best) => {
-                                        format!(
-                                            "`{name}` has no output `{o}`, did you mean `{best}`?"
-                                        )
-                                    }
-                                    None => format!(
-                                        "`{name}` has no output `{o}`; its outputs are {}",
-                                        names
-                                            .iter()
-                                            .map(|n| format!("`{n}`"))
-                                            .collect::<Vec<_>>()
-                                            .join(", ")
-                                    ),
-                                };
-                                loader.error_at(&at, message);
-                            }
-                        },
-                    }
-                } else {
-                    loader.error_at(&at, unknown_name("input", name, &known_names));
-                }
-            }
-            out
-        };
-
-        let mut node_inputs = Vec::new();
-        for (name, common, _) in &parsed.nodes {
-            let at = vec!["nodes".into(), name.clone(), "input".into()];
-            node_inputs.push(match common {
-                Some(common) => resolve(self, common.input.refs(), at),
-                None => Vec::new(),
-            });
-        }
-        let mut sink_inputs = Vec::new();
-        for (name, sink) in &parsed.sinks {
-            let at = vec!["sinks".into(), name.clone(), "input".into()];
-            sink_inputs.push(match sink {
-                Some(sink) => resolve(self, sink.input.refs(), at),
-                None => Vec::new(),
-            });
-        }
-
-        // Cycles, and a topological order for everything else.
-        let order = match topological_order(&node_inputs) {
-            Ok(order) => order,
-            Err(cycle) => {
-                let names: Vec<&str> = cycle.iter().map(|&i| parsed.nodes[i].0.as_str()).collect();
-                let first = &parsed.nodes[cycle[0]].0;
-                self.error_at(
-                    &["nodes".into(), first.clone(), "input".into()],
-                    format!("cycle: {} -> {}", names.join(" -> "), names[0]),
-                );
-                return None;
-            }
-        };
-
-        // Keys: a keyed operator needs keyed input or `key_by`. Unknown
-        // parts count as keyed so they raise no second error.
-        let mut output_keyed = vec![true; parsed.nodes.len()];
-        let max_record_bytes = parsed.kafka.as_ref().map_or(
-            crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES,
-            KafkaConfig::max_record_bytes,
-        );
-        for &i in &order {
-            let (name, Some(common), Some(kind)) = &parsed.nodes[i] else {
-                continue;
-            };
-            let spec = kind.spec();
-            let mut input_keyed = true;
-            for upstream in &node_inputs[i] {
-                let (keyed, from) = match *upstream {
-                    Upstream::Source(s) => (
-                        parsed.sources[s]
-                            .1
-                            .as_ref()
-                            .is_none_or(|c| c.key_format != KeyFormat::None),
-                        parsed.sources[s].0.as_str(),
-                    ),
-                    Upstream::Node { node, .. } => {
-                        (output_keyed[node], parsed.nodes[node].0.as_str())
-                    }
-                };
-                if !keyed {
-                    input_keyed = false;
-                    if spec.keyed() && common.key_by.is_none() {
-                        self.error_at(
-                            &["nodes".into(), name.clone()],
-                            format!(
-                                "`{}` groups by key, but its input `{from}` carries no key; set `key_by` to the field to group by",
-                                kind.type_name()
-                            ),
-                        );
-                    }
-                }
-            }
-            if common.key_by.is_some() && !spec.keyed() {
-                self.error_at(
-                    &["nodes".into(), name.clone(), "key_by".into()],
-                    format!(
-                        "`key_by` applies to operators that group by key; `{}` does not",
-                        kind.type_name()
-                    ),
-                );
-            }
-            output_keyed[i] = spec.output_keyed(input_keyed || common.key_by.is_some());
-            let info = NodeInfo {
-                name,
-                key_by: common.key_by.as_ref(),
-                max_record_bytes,
-            };
-            let mut issues: Vec<Issue> = Vec::new();
-            spec.validate(&info, &mut issues);
-            for issue in issues {
-                let mut at = vec!["nodes".to_string(), name.clone()];
-                at.extend(issue.path);
-                self.error_at(&at, issue.message);
-            }
-        }
-
-        // Every source and node output must go somewhere (known only when
-        // every reader parsed and names are unambiguous).
-        if parsed.complete && self.diagnostics.len() == errors_before {
-            self.check_readers(&parsed, &output_names, &node_inputs, &sink_inputs);
-        }
-        self.check_not_empty(&parsed);
-
-        for (name, sink) in &parsed.sinks {
-            let Some(sink) = sink else { continue };
-            if !sink.create {
-                for (field, set) in [
-                    ("partitions", sink.partitions.is_some()),
-                    ("compact", sink.compact),
-                ] {
-                    if set {
-                        self.error_at(
-                            &["sinks".into(), name.clone(), field.into()],
-                            format!("`{field}` only applies when the sink creates its topic (`create: true`)"),
-                        );
-                    }
-                }
-            }
-        }
-        // Retries block processing: they must end well within a
-        // transaction.
-        let timeout = parsed
-            .processing
-            .as_ref()
-            .map(|p| p.transaction_timeout.0)
-            .unwrap_or(std::time::Duration::from_secs(60));
-        let retries = parsed
-            .processing
-            .iter()
-            .map(|p| {
-                (
-                    vec!["processing".to_string(), "retry".to_string()],
-                    &p.retry,
-                )
-            })
-            .chain(parsed.sources.iter().filter_map(|(name, c)| {
-                let retry = c.as_ref()?.retry.as_ref()?;
-                Some((
-                    vec!["sources".to_string(), name.clone(), "retry".to_string()],
-                    retry,
-                ))
-            }))
-            .collect::<Vec<_>>();
-        for (at, retry) in retries {
-            for (field, message) in retry.problems() {
-                let mut path = at.clone();
-                path.push(field.to_string());
-                self.error_at(&path, message);
-            }
-            let worst = retry.worst_case();
-            if worst > timeout / 2 {
-                self.error_at(
-                    &at,
-                    format!(
-                        "these retries can take {} per record, more than half the transaction timeout ({}); lower `max_attempts` or `max_backoff`",
-                        types::HumanDuration(std::time::Duration::from_millis(worst.as_millis() as u64)),
-                        types::HumanDuration(timeout)
-                    ),
-                );
-            }
-        }
-        if let Some(processing) = &parsed.processing {
-            for (field, value) in [
-                ("commit_interval", processing.commit_interval()),
-                ("punctuation_interval", processing.punctuation_interval),
-                ("transaction_timeout", processing.transaction_timeout),
-            ] {
-                if value.0.is_zero() {
-                    self.error_at(
-                        &["processing".into(), field.into()],
-                        "must be longer than zero".into(),
-                    );
-                }
-            }
-        }
-
-        self.check_formats(&parsed);
-        if let Some(kafka) = &parsed.kafka {
-            for (path, message) in kafka.security_problems() {
-                let mut at = vec!["kafka".to_string()];
-                at.extend(path);
-                self.error_at(&at, message);
-            }
-        }
-
-        if !parsed.complete || self.diagnostics.len() > errors_before {
-            return None;
-        }
-        let Parsed {
-            name: Some(app),
-            description,
-            kafka: Some(kafka),
-            processing: Some(processing),
-            sources,
-            nodes,
-            sinks,
-            dead_letter: Some(dead_letter),
-            schema_registry: Some(schema_registry),
-            queries: Some(queries),
-            ..
-        } = parsed
-        else {
-            return None;
-        };
-
-        let mut topology = Topology {
-            name: app.clone(),
-            file: self.file.clone(),
-            description,
-            kafka,
-            processing,
-            sources: Vec::new(),
-            nodes: Vec::new(),
-            sinks: Vec::new(),
-            dead_letter_topic: dead_letter.map_or_else(|| format!("{app}-dlq"), |d| d.topic),
-            schema_registry,
-            queries,
-            order,
-            warnings: Vec::new(),
-        };
-        for (name, config) in sources {
-            topology.sources.push(Source {
-                name,
-                config: config?,
-                targets: Vec::new(),
-            });
-        }
-        for ((name, common, kind), inputs) in nodes.into_iter().zip(node_inputs) {
-            let (common, kind) = (common?, kind?);
-            let spec = kind.spec();
-            let mut stores: Vec<StoreDef> = spec
-                .stores()
-                .iter()
-                .map(|store| StoreDef {
-                    name: format!("{name}-{store}"),
-                    changelog_topic: format!("{app}-{name}-{store}-changelog"),
-                })
-                .collect();
-            if spec.uses_timers() {
-                stores.push(StoreDef {
-                    name: format!("{name}-timers"),
-                    changelog_topic: format!("{app}-{name}-timers-changelog"),
-                });
-            }
-            if common.key_by.is_some() {
-                // Highest upstream offset seen per source partition, to drop
-                // repartition records re-delivered from aborted transactions.
-                stores.push(StoreDef {
-                    name: format!("{name}-repartition-seen"),
-                    changelog_topic: format!("{app}-{name}-repartition-seen-changelog"),
-                });
-            }
-            let output_names = spec.outputs();
-            topology.nodes.push(Node {
-                repartition_topic: common
-                    .key_by
-                    .as_ref()
-                    .map(|_| format!("{app}-{name}-repartition")),
-                targets: vec![Vec::new(); output_names.len() + 1],
-                output_names,
-                name,
-                common,
-                kind,
-                inputs,
-                stores,
-            });
-        }
-        for ((name, config), inputs) in sinks.into_iter().zip(sink_inputs) {
-            topology.sinks.push(Sink {
-                name,
-                config: config?,
-                inputs,
-            });
-        }
-        // Wire the targets from the inputs.
-        for n in 0..topology.nodes.len() {
-            for (input, upstream) in topology.nodes[n].inputs.clone().into_iter().enumerate() {
-                push_target(&mut topology, upstream, Target::Node { node: n, input });
-            }
-        }
-        for s in 0..topology.sinks.len() {
-            for upstream in topology.sinks[s].inputs.clone() {
-                push_target(&mut topology, upstream, Target::Sink(s));
-            }
-        }
-
-        // Internal topics must not collide with the user's.
-        let user_topics: HashSet<&str> = topology
-            .sources
-            .iter()
-            .map(|s| s.config.topic.as_str())
-            .chain(topology.sinks.iter().map(|s| s.config.topic.as_str()))
-            .collect();
-        let clashes: Vec<String> = topology
-            .internal_topics()
-            .into_iter()
-            .filter(|t| t.kind != InternalKind::DeadLetter && user_topics.contains(t.name.as_str()))
-            .map(|t| t.name)
-            .collect();
-        for clash in clashes {
-            self.error_at(
-                &["name".into()],
-                format!("the internal topic `{clash}` would be the same as a source or sink topic; rename the application or the topic"),
-            );
-        }
-        (self.diagnostics.len() == errors_before).then_some(topology)
-    }
-}
-
-impl Loader {
-    /// Sources and nodes whose records nobody reads are errors: the
-    /// records would end nowhere. A route's default output may go unread
-    /// (records no route matches end there, counted), but not all of its
-    /// outputs; an unread named route is a warning.
-    fn check_readers(
-        &mut self,
-        parsed: &Parsed,
-        output_names: &[Option<Vec<String>>],
-        node_inputs: &[Vec<Upstream>],
-        sink_inputs: &[Vec<Upstream>],
-    ) {
-        let mut read_sources: HashSet<usize> = HashSet::new();
-        let mut consumed: HashSet<(usize, usize)> = HashSet::new();
-        for upstream in node_inputs.iter().chain(sink_inputs).flatten() {
-            match *upstream {
-                Upstream::Source(s) => {
-                    read_sources.insert(s);
-                }
-                Upstream::Node { node, output } => {
-                    consumed.insert((node, output));
-                }
-            }
-        }
-        for (i, (name, _)) in parsed.sources.iter().enumerate() {
-            if !read_sources.contains(&i) {
-                self.error_at(
-                    &["sources".into(), name.clone()],
-                    format!("nothing reads source `{name}`: add a node or sink with `input: {name}`, or remove the source"),
-                );
-            }
-        }
-        for (i, (name, _, _)) in parsed.nodes.iter().enumerate() {
-            let Some(routes) = &output_names[i] else {
-                continue;
-            };
-            if routes.is_empty() {
-                if !consumed.contains(&(i, 0)) {
-                    self.error_at(
-                        &["nodes".into(), name.clone()],
-                        format!("nothing reads the output of `{name}`: add a sink or node with `input: {name}`"),
-                    );
-                }
-                continue;
-            }
-            if !(0..=routes.len()).any(|output| consumed.contains(&(i, output))) {
-                let inputs: Vec<String> = routes
-                    .iter()
-                    .map(|r| format!("`input: {name}.{r}`"))
-                    .collect();
-                self.error_at(
-                    &["nodes".into(), name.clone()],
-                    format!(
-                        "nothing reads any output of `{name}`: add a sink or node with {} (or `input: {name}` for records no route matches)",
-                        inputs.join(", ")
-                    ),
-                );
-                continue;
-            }
-            for (r, route) in routes.iter().enumerate() {
-                if !consumed.contains(&(i, r + 1)) {
-                    self.warn_at(
-                        &[
-                            "nodes".into(),
-                            name.clone(),
-                            "routes".into(),
-                            route.clone(),
-                        ],
-                        format!("nothing reads the route `{route}` of `{name}`, so the records it matches are discarded: add a sink or node with `input: {name}.{route}`, or remove the route"),
-                    );
-                }
-            }
-        }
-    }
-
-    /// A topology reads at least one source and writes at least one sink
-    /// (`run` subscribes to its first source).
-    fn check_not_empty(&mut self, parsed: &Parsed) {
-        for (section, count, message) in [
-            (
-                "sources",
-                parsed.sources.len(),
-                "a topology needs at least one source: `run` would have nothing to read",
-            ),
-            (
-                "sinks",
-                parsed.sinks.len(),
-                "a topology needs at least one sink: its results would be written nowhere",
-            ),
-        ] {
-            // A missing section or one that is not a mapping is reported
-            // already; entries that failed to parse still count. An empty
-            // value (`sinks:`) has no position of its own: point at the key.
-            let at = match self.root.entry(section) {
-                Some((key, value)) => match &value.kind {
-                    Kind::Null => Some(key.pos),
-                    Kind::Map(entries) if entries.is_empty() && count == 0 => Some(value.pos),
-                    _ => None,
-                },
-                None => None,
-            };
-            if let Some(pos) = at {
-                self.push(pos, &Path::root().key(section), message.to_string());
-            }
-        }
-    }
-
-    /// Avro needs a schema registry; Avro sinks name their schema files; and
-    /// every schema file a topology names exists and is an Avro schema.
-    fn check_formats(&mut self, parsed: &Parsed) {
-        let at = |section: &str, name: &str, field: &str| -> Vec<String> {
-            vec![section.into(), name.into(), field.into()]
-        };
-        if let Some(Some(registry)) = &parsed.schema_registry {
-            let field = |f: &str| vec!["schema_registry".to_string(), f.to_string()];
-            for url in registry.url.split(',').map(str::trim) {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    self.error_at(
-                        &field("url"),
-                        format!(
-                            "`{url}` is not an http(s) URL such as `http://schema-registry:8081`"
-                        ),
-                    );
-                }
-            }
-            let set = |field: &Option<String>| field.as_deref().is_some_and(|v| !v.is_empty());
-            if set(&registry.password) && !set(&registry.username) {
-                self.error_at(&field("password"), "`password` needs `username`".into());
-            }
-        }
-        // Where Avro is used, for the one "needs a registry" error.
-        let mut avro_uses: Vec<Vec<String>> = Vec::new();
-        // (where a schema file is named, the file)
-        let mut files: Vec<(Vec<String>, &FsPath)> = Vec::new();
-        // (a field set where it does not apply, what it applies with)
-        let mut stray: Vec<(Vec<String>, &str)> = Vec::new();
-        for (name, source) in &parsed.sources {
-            let Some(source) = source else { continue };
-            let avro = source.format == Format::Avro;
-            if avro {
-                avro_uses.push(at("sources", name, "format"));
-            }
-            if source.key_format == KeyFormat::Avro {
-                avro_uses.push(at("sources", name, "key_format"));
-            }
-            match (&source.schema, avro) {
-                (Some(file), true) => files.push((at("sources", name, "schema"), file)),
-                (Some(_), false) => stray.push((at("sources", name, "schema"), "`format: avro`")),
-                (None, _) => {}
-            }
-        }
-        for (name, sink) in &parsed.sinks {
-            let Some(sink) = sink else { continue };
-            let value_avro = sink.format == Format::Avro;
-            let key_avro = sink.key_format == KeyFormat::Avro;
-            for (avro, field, schema_field, schema, applies) in [
-                (
-                    value_avro,
-                    "format",
-                    "schema",
-                    &sink.schema,
-                    "`format: avro`",
-                ),
-                (
-                    key_avro,
-                    "key_format",
-                    "key_schema",
-                    &sink.key_schema,
-                    "`key_format: avro`",
-                ),
-            ] {
-                if avro {
-                    avro_uses.push(at("sinks", name, field));
-                }
-                match (schema, avro) {
-                    (Some(file), true) => files.push((at("sinks", name, schema_field), file)),
-                    (None, true) => self.error_at(
-                        &at("sinks", name, field),
-                        format!(
-                            "an Avro sink needs `{schema_field}`: the `.avsc` file it writes with, such as `schemas/{}.avsc`",
-                            sink.topic
-                        ),
-                    ),
-                    (Some(_), false) => stray.push((at("sinks", name, schema_field), applies)),
-                    (None, false) => {}
-                }
-            }
-            if sink.register.is_some() && !value_avro && !key_avro {
-                stray.push((
-                    at("sinks", name, "register"),
-                    "`format: avro` or `key_format: avro`",
-                ));
-            }
-        }
-        for (path, applies) in stray {
-            let field = path.last().cloned().unwrap_or_default();
-            self.error_at(&path, format!("`{field}` applies only with {applies}"));
-        }
-        if let (Some(first), Some(None)) = (avro_uses.first(), &parsed.schema_registry) {
-            self.error_at(
-                first,
-                "Avro needs a schema registry: add a top-level `schema_registry` with its `url`"
-                    .into(),
-            );
-        }
-        for (path, file) in files {
-            if let Err(message) = crate::formats::avro::read_schema_file(file) {
-                self.error_at(&path, message);
-            }
-        }
-    }
-}
-
-fn is_seq(root: &YamlNode, segments: &[String]) -> bool {
-    let mut node = root;
-    for s in segments {
-        match node.get(s) {
-            Some(n) => node = n,
-            None => return false,
-        }
-    }
-    matches!(node.kind, Kind::Seq(_))
-}
-
-fn push_target(topology: &mut Topology, upstream: Upstream, target: Target) {
-    match upstream {
-        Upstream::Source(s) => topology.sources[s].targets.push(target),
-        Upstream::Node { node, output } => topology.nodes[node].targets[output].push(target),
-    }
 }
 
 fn legal_topic_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
-}
-
-/// Kahn's algorithm over node inputs; on a cycle, returns one cycle.
-fn topological_order(inputs: &[Vec<Upstream>]) -> Result<Vec<usize>, Vec<usize>> {
-    let n = inputs.len();
-    let upstream_nodes = |i: usize| {
-        inputs[i].iter().filter_map(|u| match u {
-            Upstream::Node { node, .. } => Some(*node),
-            Upstream::Source(_) => None,
-        })
-    };
-    let mut pending: Vec<usize> = (0..n).map(|i| upstream_nodes(i).count()).collect();
-    let mut downstream: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for i in 0..n {
-        for u in upstream_nodes(i) {
-            downstream[u].push(i);
-        }
-    }
-    let mut ready: Vec<usize> = (0..n).filter(|&i| pending[i] == 0).rev().collect();
-    let mut order = Vec::with_capacity(n);
-    while let Some(i) = ready.pop() {
-        order.push(i);
-        for &d in &downstream[i] {
-            pending[d] -= 1;
-            if pending[d] == 0 {
-                ready.push(d);
-            }
-        }
-    }
-    if order.len() == n {
-        return Ok(order);
-    }
-    // Walk upstream from any node left over until a node repeats.
-    let start = (0..n).find(|&i| pending[i] > 0).unwrap_or(0);
-    let mut path = vec![start];
-    let mut current = start;
-    loop {
-        let Some(next) = upstream_nodes(current).find(|&u| pending[u] > 0) else {
-            return Err(path);
-        };
-        if let Some(at) = path.iter().position(|&p| p == next) {
-            let mut cycle = path[at..].to_vec();
-            cycle.reverse();
-            return Err(cycle);
-        }
-        path.push(next);
-        current = next;
-    }
 }
 
 #[cfg(test)]

@@ -7,12 +7,13 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::types::{HumanDuration, Inputs, JsonPointer};
-use crate::operators::NodeKind;
+use crate::operators::registry::NodeKind;
 
 /// A streamfold topology: where records come from, what happens to them,
 /// and where they go.
@@ -106,8 +107,7 @@ fn default_wait_for_sources() -> bool {
     true
 }
 
-/// librdkafka's default `message.max.bytes`.
-pub const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
+pub use crate::record::DEFAULT_MESSAGE_MAX_BYTES;
 
 impl KafkaConfig {
     /// The producer's `message.max.bytes`: from `producer`, else
@@ -139,6 +139,26 @@ pub struct SchemaRegistryConfig {
     /// `username`.
     #[serde(default)]
     pub password: Option<String>,
+}
+
+impl SchemaRegistryConfig {
+    /// Problems with these settings, as (field, message).
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for url in self.url.split(',').map(str::trim) {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                out.push((
+                    "url",
+                    format!("`{url}` is not an http(s) URL such as `http://schema-registry:8081`"),
+                ));
+            }
+        }
+        let set = |field: &Option<String>| field.as_deref().is_some_and(|v| !v.is_empty());
+        if set(&self.password) && !set(&self.username) {
+            out.push(("password", "`password` needs `username`".to_string()));
+        }
+        out
+    }
 }
 
 /// Delivery guarantee.
@@ -215,6 +235,20 @@ impl Default for ProcessingConfig {
 }
 
 impl ProcessingConfig {
+    /// Problems with these settings, as (field, message). The retry
+    /// settings are checked with the sources' ([`RetryConfig::problems`]).
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        [
+            ("commit_interval", self.commit_interval()),
+            ("punctuation_interval", self.punctuation_interval),
+            ("transaction_timeout", self.transaction_timeout),
+        ]
+        .into_iter()
+        .filter(|(_, value)| value.0.is_zero())
+        .map(|(field, _)| (field, "must be longer than zero".to_string()))
+        .collect()
+    }
+
     pub fn commit_interval(&self) -> HumanDuration {
         self.commit_interval.unwrap_or(match self.guarantee {
             Guarantee::ExactlyOnce => HumanDuration::from_millis(100),
@@ -284,8 +318,7 @@ impl RetryConfig {
     /// The longest the retries of one record can take, saturating at
     /// `Duration::MAX`. Settings [`Self::problems`] rejects (a jitter or
     /// multiplier that is not a number) count as their worst.
-    pub fn worst_case(&self) -> std::time::Duration {
-        use std::time::Duration;
+    pub fn worst_case(&self) -> Duration {
         let jitter = if self.jitter.is_nan() {
             1.0
         } else {
@@ -313,6 +346,19 @@ impl RetryConfig {
             wait *= multiplier;
         }
         total
+    }
+
+    /// Why these retries cannot run within a transaction of `timeout`:
+    /// they block processing, so they must end well within it.
+    pub fn timeout_problem(&self, timeout: Duration) -> Option<String> {
+        let worst = self.worst_case();
+        (worst > timeout / 2).then(|| {
+            format!(
+                "these retries can take {} per record, more than half the transaction timeout ({}); lower `max_attempts` or `max_backoff`",
+                HumanDuration(Duration::from_millis(worst.as_millis() as u64)),
+                HumanDuration(timeout)
+            )
+        })
     }
 
     /// Problems with these settings, as (field, message).
@@ -453,6 +499,29 @@ pub struct SinkConfig {
     /// subject's latest registered version, which must exist.
     #[serde(default)]
     pub register: Option<bool>,
+}
+
+impl SinkConfig {
+    /// Problems with these settings, as (field, message): the formats and
+    /// schemas are checked with the sources' and the registry.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        if self.create {
+            return Vec::new();
+        }
+        [
+            ("partitions", self.partitions.is_some()),
+            ("compact", self.compact),
+        ]
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(field, _)| {
+            (
+                field,
+                format!("`{field}` only applies when the sink creates its topic (`create: true`)"),
+            )
+        })
+        .collect()
+    }
 }
 
 /// The dead-letter topic.

@@ -53,7 +53,7 @@ pub fn queryable_stores(topology: &Topology) -> Vec<QueryableStore> {
         .filter_map(|(index, node)| {
             let store = node.kind.spec().queryable_store()?;
             Some(QueryableStore {
-                name: format!("{}-{store}", node.name),
+                name: node.store_name(store),
                 node: index,
                 routed: node.repartition_topic.is_some(),
             })

@@ -579,7 +579,7 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
-    use crate::topology::yaml;
+    use crate::config::yaml;
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
