@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo bench --bench e2e -- [--events N] [--accounts A] [--partitions P] [--repeat R]
+//!                             [--peer quix] [--peer-limit L]
 //! ```
 //!
 //! 1. Produces N post-metric events (default 1,000,000) over A accounts
@@ -21,12 +22,20 @@
 //!    every 20 ms; latency is from the burst's last event (its timestamp,
 //!    the folded event's `last_event_at`) to the folded event reaching a
 //!    read_committed consumer.
+//! 5. With `--peer quix`: Quix Streams (`scripts/quix-peer.sh`, which
+//!    installs `quixstreams==3.28.1` into a venv under `~/.cache` the first
+//!    time) on the same topic and broker, doing the equivalent work: a
+//!    per-account 10 s tumbling window reducing to the union of metric names
+//!    and post ids, exactly-once. It is about 15× slower, so it processes
+//!    only the first L records it consumes (300,000; `--peer-limit`), timed
+//!    from its first record to the end of its final commit.
 //!
 //! Every measurement is repeated R times (3); the medians are printed as a
 //! Markdown table, with streamfold's rate as a ratio of the bare rate.
 //!
 //! Under `cargo test` (no `--bench` argument) it runs once on 20,000
-//! events as a smoke test of the harness itself; its figures mean nothing.
+//! events as a smoke test of the harness itself; its figures mean nothing,
+//! and the peer never runs (no Python, no download in CI).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -47,6 +56,10 @@ struct Options {
     partitions: i32,
     repeat: usize,
     bursts: usize,
+    /// Run Quix Streams too (`--peer quix`; only with `--bench`).
+    quix: bool,
+    /// Records the peer processes (a prefix of the topic).
+    peer_limit: u64,
 }
 
 fn options() -> Options {
@@ -59,6 +72,8 @@ fn options() -> Options {
             partitions: 4,
             repeat: 3,
             bursts: 200,
+            quix: false,
+            peer_limit: 300_000,
         }
     } else {
         Options {
@@ -67,6 +82,8 @@ fn options() -> Options {
             partitions: 4,
             repeat: 1,
             bursts: 10,
+            quix: false,
+            peer_limit: 300_000,
         }
     };
     let mut i = 1;
@@ -77,6 +94,12 @@ fn options() -> Options {
             "--accounts" => o.accounts = value.parse().expect("--accounts N"),
             "--partitions" => o.partitions = value.parse().expect("--partitions N"),
             "--repeat" => o.repeat = value.parse().expect("--repeat N"),
+            "--peer" => {
+                assert_eq!(value, "quix", "--peer quix (the only peer)");
+                // The smoke run under `cargo test` never starts the peer.
+                o.quix = benchmarking;
+            }
+            "--peer-limit" => o.peer_limit = value.parse().expect("--peer-limit N"),
             // cargo passes `--bench`; ignore what is not ours.
             _ => {
                 i += 1;
@@ -85,6 +108,7 @@ fn options() -> Options {
         }
         i += 2;
     }
+    o.peer_limit = o.peer_limit.min(o.events);
     o
 }
 
@@ -170,6 +194,35 @@ fn streamfold_run(topic: &str, events: u64, guarantee: &str, dir: &std::path::Pa
         .as_secs_f64();
     app.stop();
     (events as f64 / seconds, rss)
+}
+
+const QUIX_VERSION: &str = "3.28.1";
+
+fn quix_peer() -> Command {
+    let mut command = Command::new(repo().join("scripts/quix-peer.sh"));
+    command.env("QUIX_VERSION", QUIX_VERSION);
+    command
+}
+
+/// One Quix Streams run over the first `limit` records of `topic`:
+/// (records/s, peak RSS MiB).
+fn quix_run(topic: &str, limit: u64, dir: &std::path::Path) -> (f64, f64) {
+    let group = unique("bench-quix");
+    let output = quix_peer()
+        .args(["--bootstrap-servers", &broker().bootstrap, "--topic", topic])
+        .args(["--output", &unique("bench-quix-out"), "--group", &group])
+        .arg("--state-dir")
+        .arg(dir.join(&group))
+        .args(["--limit", &limit.to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "the Quix Streams run failed");
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+    (
+        result["rate"].as_f64().unwrap(),
+        result["peak_rss_kib"].as_f64().unwrap_or(0.0) / 1024.0,
+    )
 }
 
 /// Latencies in ms from a burst's last event to its folded event.
@@ -308,6 +361,29 @@ fn main() {
         results.push((guarantee, median(&mut rates), median(&mut rss)));
     }
 
+    let mut quix = Vec::new();
+    let mut quix_rss = Vec::new();
+    if o.quix {
+        assert!(
+            quix_peer()
+                .arg("--install-only")
+                .status()
+                .unwrap()
+                .success(),
+            "installing Quix Streams failed"
+        );
+        for run in 0..o.repeat {
+            let (rate, peak) = quix_run(&topic, o.peer_limit, dir.path());
+            eprintln!(
+                "Quix Streams run {run}: {rate:.0} records/s over the first {} records ({:.1}s), peak RSS {peak:.0} MiB",
+                o.peer_limit,
+                o.peer_limit as f64 / rate
+            );
+            quix.push(rate);
+            quix_rss.push(peak);
+        }
+    }
+
     let mut p50 = Vec::new();
     let mut p99 = Vec::new();
     for run in 0..o.repeat {
@@ -329,19 +405,46 @@ fn main() {
         "\n{} events over {} accounts, {} partitions; medians of {} runs\n",
         o.events, o.accounts, o.partitions, o.repeat
     );
-    println!("| run | records/s | vs bare consumer | peak RSS |");
-    println!("|---|---|---|---|");
     println!(
-        "| bare rdkafka consumer (assign, no group), librdkafka defaults | {bare:.0} | 100% | |"
+        "| run | records/s | vs bare consumer (defaults) | vs bare consumer (fetch.queue.backoff.ms=10) | peak RSS |"
+    );
+    println!("|---|---|---|---|---|");
+    println!(
+        "| bare rdkafka consumer (assign, no group), librdkafka defaults | {bare:.0} | 100% | {:.0}% | |",
+        100.0 * bare / tuned
     );
     println!(
-        "| bare rdkafka consumer, fetch.queue.backoff.ms=10 | {tuned:.0} | {:.0}% | |",
+        "| bare rdkafka consumer, fetch.queue.backoff.ms=10 | {tuned:.0} | {:.0}% | 100% | |",
         100.0 * tuned / bare
     );
     for (guarantee, rate, rss) in &results {
         println!(
-            "| streamfold social-metrics, {guarantee} | {rate:.0} | {:.0}% | {rss:.0} MiB |",
-            100.0 * rate / bare
+            "| streamfold social-metrics, {guarantee} | {rate:.0} | {:.0}% | {:.0}% | {rss:.0} MiB |",
+            100.0 * rate / bare,
+            100.0 * rate / tuned
+        );
+    }
+    if o.quix {
+        let runs = quix
+            .iter()
+            .map(|r| format!("{r:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rate = median(&mut quix);
+        println!(
+            "| Quix Streams {QUIX_VERSION}, exactly-once, per-account 10 s tumbling reduce (first {} records) | {rate:.0} | {:.1}% | {:.1}% | {:.0} MiB |",
+            o.peer_limit,
+            100.0 * rate / bare,
+            100.0 * rate / tuned,
+            median(&mut quix_rss)
+        );
+        let (guarantee, streamfold, _) = results[0];
+        println!(
+            "\nstreamfold social-metrics ({guarantee}) / Quix Streams: {:.1}x (Quix timed over the first {} of {} records; runs: {})",
+            streamfold / rate,
+            o.peer_limit,
+            o.events,
+            runs
         );
     }
     println!(

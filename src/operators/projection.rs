@@ -242,12 +242,16 @@ impl OperatorSpec for ProjectionConfig {
                 compile_for_build(rule, &["$event"], &format!("rules.{name}"))?,
             );
         }
+        // The event log, the applied ids and the snapshots are written once
+        // per event and read back only for a duplicate or a late event:
+        // caching them would make every commit walk the whole history
+        // cached so far.
         Ok(Box::new(Projection {
             entities: state.declare(&node.store_name("entities"))?,
-            events: state.declare(&node.store_name("events"))?,
-            ids: state.declare(&node.store_name("ids"))?,
+            events: state.declare_uncached(&node.store_name("events"))?,
+            ids: state.declare_uncached(&node.store_name("ids"))?,
             snapshots: match self.snapshot_every {
-                Some(_) => Some(state.declare(&node.store_name("snapshots"))?),
+                Some(_) => Some(state.declare_uncached(&node.store_name("snapshots"))?),
                 None => None,
             },
             event_id: self.event_id.clone(),
@@ -404,15 +408,14 @@ impl Projection {
         ctx: &mut Context<'_>,
     ) -> Result<Refold, OpError> {
         let event_key = position.key(prefix);
-        // Start from the last snapshot before the late event, if any.
+        // Start from the last snapshot before the late event, if any: one
+        // reverse seek, however many snapshots the entity has.
         let mut base: Option<(Vec<u8>, Snapshot)> = None;
         if let Some(snapshots) = self.snapshots {
-            let before = ctx.store(snapshots).range(
-                Bound::Included(prefix),
-                Bound::Excluded(&event_key),
-                usize::MAX,
-            )?;
-            base = before.into_iter().last().map(|(k, s)| (k.into_vec(), s));
+            base = ctx
+                .store(snapshots)
+                .last(Bound::Included(prefix), Bound::Excluded(&event_key))?
+                .map(|(k, s)| (k.into_vec(), s));
         }
         let end = prefix_end(prefix);
         let upper = match &end {

@@ -44,6 +44,17 @@ impl StateBackend for MemoryBackend {
         }
     }
 
+    fn range_rev<'a>(&'a self, store: usize, from: Bound<&[u8]>, to: Bound<&[u8]>) -> RawIter<'a> {
+        match self.store(store) {
+            Ok(map) => Box::new(
+                map.range::<[u8], _>((from, to))
+                    .rev()
+                    .map(|(k, v)| Ok((k.clone(), v.clone()))),
+            ),
+            Err(e) => Box::new(std::iter::once(Err(e))),
+        }
+    }
+
     fn apply(&mut self, writes: &[RawWrite], meta: &[(String, Vec<u8>)]) -> Result<(), StateError> {
         if let Some(bad) = writes.iter().find(|w| w.store >= self.stores.len()) {
             return Err(StateError::Backend(format!("no store #{}", bad.store)));

@@ -83,8 +83,11 @@ impl StoreDef {
 /// One key-value pair as stored: ordered bytes.
 pub type RawEntry = (Box<[u8]>, Box<[u8]>);
 
+/// One live entry of a typed store.
+pub type Entry<V> = (Box<[u8]>, V);
+
 /// Live entries of a typed store, in key order.
-pub type Entries<V> = Vec<(Box<[u8]>, V)>;
+pub type Entries<V> = Vec<Entry<V>>;
 
 /// Ordered iteration over one store's committed entries.
 pub type RawIter<'a> = Box<dyn Iterator<Item = Result<RawEntry, StateError>> + 'a>;
@@ -104,6 +107,8 @@ pub trait StateBackend: Send {
     fn get(&self, store: usize, key: &[u8]) -> Result<Option<Box<[u8]>>, StateError>;
     /// Entries with `from <= key < to` (bounds as given), in key order.
     fn range<'a>(&'a self, store: usize, from: Bound<&[u8]>, to: Bound<&[u8]>) -> RawIter<'a>;
+    /// The same entries in descending key order.
+    fn range_rev<'a>(&'a self, store: usize, from: Bound<&[u8]>, to: Bound<&[u8]>) -> RawIter<'a>;
     /// Applies writes and metadata atomically.
     fn apply(&mut self, writes: &[RawWrite], meta: &[(String, Vec<u8>)]) -> Result<(), StateError>;
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StateError>;
@@ -175,6 +180,9 @@ struct Overlay<V> {
     name: String,
     slots: BTreeMap<Box<[u8]>, Slot<V>>,
     dirty: usize,
+    /// Whether committed entries stay as a read cache (see
+    /// [`StateSet::declare_uncached`]).
+    cached: bool,
 }
 
 trait ErasedOverlay: Send {
@@ -215,6 +223,12 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
     }
 
     fn committed(&mut self, cache_entries: usize) {
+        if !self.cached {
+            // Everything here was just written to the backend.
+            self.slots.clear();
+            self.dirty = 0;
+            return;
+        }
         if self.dirty > 0 {
             self.slots.retain(|_, slot| !matches!(slot, Slot::Deleted));
             for slot in self.slots.values_mut() {
@@ -279,6 +293,26 @@ impl StateSet {
     /// Declares the store `name` as holding `V`. Each store is declared
     /// once, by the operator that owns it.
     pub fn declare<V: StateValue>(&mut self, name: &str) -> Result<StoreHandle<V>, StateError> {
+        self.declare_overlay(name, true)
+    }
+
+    /// Declares a store whose committed entries are not kept in memory: for
+    /// entries written once and seldom read (an event log, an index of
+    /// applied ids). Only pending writes stay in the overlay, so a commit
+    /// walks what was written since the last one, not a cache of every key
+    /// written before, and reads of committed entries go to the backend.
+    pub fn declare_uncached<V: StateValue>(
+        &mut self,
+        name: &str,
+    ) -> Result<StoreHandle<V>, StateError> {
+        self.declare_overlay(name, false)
+    }
+
+    fn declare_overlay<V: StateValue>(
+        &mut self,
+        name: &str,
+        cached: bool,
+    ) -> Result<StoreHandle<V>, StateError> {
         let index = self
             .names
             .iter()
@@ -288,6 +322,7 @@ impl StateSet {
             name: name.to_string(),
             slots: BTreeMap::new(),
             dirty: 0,
+            cached,
         }));
         Ok(StoreHandle {
             index,
@@ -541,6 +576,55 @@ impl<V: StateValue> StoreView<'_, V> {
         Ok(out)
     }
 
+    /// The live entry with the greatest key in the range, merging pending
+    /// writes over committed state: one seek, however many entries the
+    /// range holds.
+    pub fn last(
+        &mut self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+    ) -> Result<Option<Entry<V>>, StateError>
+    where
+        V: Clone,
+    {
+        let mut pending = self
+            .overlay
+            .slots
+            .range::<[u8], _>((from, to))
+            .rev()
+            .peekable();
+        let mut committed = self.backend.range_rev(self.store, from, to);
+        let mut next_committed = committed.next().transpose()?;
+        loop {
+            let take_pending = match (pending.peek(), &next_committed) {
+                (None, None) => return Ok(None),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((p, _)), Some((c, _))) => {
+                    if p.as_ref() == c.as_ref() {
+                        // The overlay shadows the committed value.
+                        next_committed = committed.next().transpose()?;
+                        true
+                    } else {
+                        p.as_ref() > c.as_ref()
+                    }
+                }
+            };
+            if take_pending {
+                match pending.next() {
+                    Some((key, Slot::Clean(v) | Slot::Dirty(v))) => {
+                        return Ok(Some((key.clone(), v.clone())));
+                    }
+                    // Deleted here: look further down.
+                    _ => continue,
+                }
+            }
+            if let Some((key, bytes)) = next_committed.take() {
+                return Ok(Some((key, self.decode(&bytes)?)));
+            }
+        }
+    }
+
     /// Number of live entries, without decoding values.
     pub fn count(&mut self) -> Result<usize, StateError> {
         let mut committed_only = 0;
@@ -699,6 +783,73 @@ mod tests {
         assert_eq!(keys(&limited), vec![("bb".into(), 22), ("c".into(), 30)]);
         let prefixed = view.prefix(b"b", 10).unwrap();
         assert_eq!(keys(&prefixed), vec![("bb".into(), 22)]);
+    }
+
+    #[test]
+    fn last_finds_the_greatest_live_key_over_pending_and_committed_entries() {
+        let (mut state, h) = state();
+        let mut view = state.view(h);
+        for (k, v) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
+            view.put(k.as_bytes(), v);
+        }
+        let entries = state.changelog().unwrap();
+        state.committed(entries, &[]).unwrap();
+        state.overlays[0].as_mut().unwrap().committed(0);
+        let mut view = state.view(h);
+        let last = |view: &mut StoreView<'_, u64>, from: Bound<&[u8]>, to: Bound<&[u8]>| {
+            view.last(from, to)
+                .unwrap()
+                .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v))
+        };
+        assert_eq!(
+            last(&mut view, Bound::Unbounded, Bound::Unbounded),
+            Some(("d".into(), 4)),
+            "committed only"
+        );
+        view.delete(b"d");
+        view.put(b"c", 30);
+        assert_eq!(
+            last(&mut view, Bound::Unbounded, Bound::Unbounded),
+            Some(("c".into(), 30)),
+            "a pending delete hides the committed key, a pending write shadows one"
+        );
+        view.put(b"bb", 22);
+        assert_eq!(
+            last(&mut view, Bound::Included(b"a"), Bound::Excluded(b"c")),
+            Some(("bb".into(), 22))
+        );
+        view.delete(b"bb");
+        view.delete(b"b");
+        assert_eq!(
+            last(&mut view, Bound::Unbounded, Bound::Excluded(b"c")),
+            Some(("a".into(), 1))
+        );
+        assert_eq!(
+            last(&mut view, Bound::Excluded(b"a"), Bound::Excluded(b"c")),
+            None
+        );
+    }
+
+    #[test]
+    fn an_uncached_store_keeps_only_pending_writes_in_memory() {
+        let mut state = StateSet::new(Box::new(MemoryBackend::new(1)), vec!["log".into()]);
+        let h = state.declare_uncached::<u64>("log").unwrap();
+        state.view(h).put(b"a", 1);
+        let entries = state.changelog().unwrap();
+        state.committed(entries, &[]).unwrap();
+        assert!(state.overlays[0].as_mut().unwrap().dirty() == 0);
+        let overlay = state.overlays[0]
+            .as_mut()
+            .unwrap()
+            .as_any_mut()
+            .downcast_mut::<Overlay<u64>>()
+            .unwrap();
+        assert!(overlay.slots.is_empty(), "nothing cached after the commit");
+        assert_eq!(
+            state.view(h).get(b"a").unwrap(),
+            Some(&1),
+            "read from the backend"
+        );
     }
 
     #[test]

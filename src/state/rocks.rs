@@ -147,6 +147,40 @@ impl StateBackend for RocksBackend {
         )
     }
 
+    fn range_rev<'a>(&'a self, store: usize, from: Bound<&[u8]>, to: Bound<&[u8]>) -> RawIter<'a> {
+        let cf = match self.cf(store) {
+            Ok(cf) => cf,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
+        let mut read = ReadOptions::default();
+        match from {
+            Bound::Included(start) => read.set_iterate_lower_bound(start.to_vec()),
+            // The lower bound is inclusive: the smallest key after `start`.
+            Bound::Excluded(start) => {
+                let mut after = start.to_vec();
+                after.push(0);
+                read.set_iterate_lower_bound(after);
+            }
+            Bound::Unbounded => {}
+        }
+        // A reverse seek lands on the last key <= `end`.
+        let (mode, skip) = match to {
+            Bound::Included(end) => (IteratorMode::From(end, Direction::Reverse), None),
+            Bound::Excluded(end) => (
+                IteratorMode::From(end, Direction::Reverse),
+                Some(end.to_vec()),
+            ),
+            Bound::Unbounded => (IteratorMode::End, None),
+        };
+        let path = self.path.clone();
+        Box::new(
+            self.db
+                .iterator_cf_opt(cf, read, mode)
+                .filter(move |item| !matches!((item, &skip), (Ok((k, _)), Some(s)) if k.as_ref() == s.as_slice()))
+                .map(move |item| item.map_err(|e| backend_error(&path, e))),
+        )
+    }
+
     fn apply(&mut self, writes: &[RawWrite], meta: &[(String, Vec<u8>)]) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();
         for write in writes {
@@ -225,6 +259,27 @@ mod tests {
         assert_eq!(
             keys(db.range(1, Bound::Unbounded, Bound::Unbounded)),
             vec!["t"]
+        );
+        assert_eq!(
+            keys(db.range_rev(0, Bound::Unbounded, Bound::Unbounded)),
+            vec!["k3", "k1"]
+        );
+        assert_eq!(
+            keys(db.range_rev(0, Bound::Excluded(b"k1"), Bound::Excluded(b"k3"))),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            keys(db.range_rev(0, Bound::Included(b"k1"), Bound::Excluded(b"k3"))),
+            vec!["k1"]
+        );
+        assert_eq!(
+            keys(db.range_rev(0, Bound::Included(b"k0"), Bound::Excluded(b"k2"))),
+            vec!["k1"],
+            "a reverse seek to a missing key lands before it"
+        );
+        assert_eq!(
+            keys(db.range_rev(0, Bound::Excluded(b"k1"), Bound::Included(b"k9"))),
+            vec!["k3"]
         );
     }
 
