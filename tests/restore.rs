@@ -18,6 +18,18 @@ const EVENTS: u64 = 600;
 
 /// The social-metrics fold, with or without `key_by`.
 fn topology(dir: &Path, app: &str, source: &str, key_by: bool) -> PathBuf {
+    topology_with(dir, app, source, key_by, "100ms", "earliest")
+}
+
+/// [`topology`] with its commit interval and the source's `offset_reset`.
+fn topology_with(
+    dir: &Path,
+    app: &str,
+    source: &str,
+    key_by: bool,
+    commit_interval: &str,
+    offset_reset: &str,
+) -> PathBuf {
     let path = dir.join(format!("topology-{key_by}.yaml"));
     let key_by = if key_by { "key_by: /account_id" } else { "" };
     std::fs::write(
@@ -25,9 +37,9 @@ fn topology(dir: &Path, app: &str, source: &str, key_by: bool) -> PathBuf {
         format!(
             "name: {app}
 kafka: {{ bootstrap_servers: 'unused:9092' }}
-processing: {{ commit_interval: 100ms }}
+processing: {{ commit_interval: {commit_interval} }}
 sources:
-  post_metrics: {{ topic: {source}, format: json }}
+  post_metrics: {{ topic: {source}, format: json, offset_reset: {offset_reset} }}
 nodes:
   fold_account:
     type: fold
@@ -442,32 +454,7 @@ fn deleted_group_offsets_lose_only_each_changelog_s_last_transaction() {
     // transaction per task; `latest`, so that nothing is read again once
     // the offsets are gone and the restored state can be looked at as it
     // was restored.
-    let topology = dir.path().join("topology.yaml");
-    std::fs::write(
-        &topology,
-        format!(
-            "name: {app}
-kafka: {{ bootstrap_servers: 'unused:9092' }}
-processing: {{ commit_interval: 3s }}
-sources:
-  post_metrics: {{ topic: {source}, format: json, offset_reset: latest }}
-nodes:
-  fold_account:
-    type: fold
-    input: post_metrics
-    key_by: /account_id
-    fields:
-      metrics: {{ rule: key_union, from: /metrics }}
-    quiet_for: 10m
-    max_wait: 1h
-    max_events: 1000
-sinks:
-  folded: {{ topic: {app}-folded, input: fold_account, create: true }}
-dead_letter: {{ topic: {app}-dlq }}
-"
-        ),
-    )
-    .unwrap();
+    let topology = topology_with(dir.path(), &app, &source, true, "3s", "latest");
     let config = config(topology, dir.path().join("state"));
     let first = App::start(&config, dir.path());
     first.wait_metric(

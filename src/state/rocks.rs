@@ -83,6 +83,28 @@ impl RocksBackend {
             .and_then(|name| self.db.cf_handle(name))
             .ok_or_else(|| StateError::Backend(format!("no column family for store #{store}")))
     }
+
+    /// Iterates `store` from `mode` within `read`'s bounds, leaving out
+    /// the key `skip` (an excluded bound the seek lands on).
+    fn iterate<'a>(
+        &'a self,
+        store: usize,
+        read: ReadOptions,
+        mode: IteratorMode<'_>,
+        skip: Option<Vec<u8>>,
+    ) -> RawIter<'a> {
+        let cf = match self.cf(store) {
+            Ok(cf) => cf,
+            Err(e) => return Box::new(std::iter::once(Err(e))),
+        };
+        let path = self.path.clone();
+        Box::new(
+            self.db
+                .iterator_cf_opt(cf, read, mode)
+                .filter(move |item| !matches!((item, &skip), (Ok((k, _)), Some(s)) if k.as_ref() == s.as_slice()))
+                .map(move |item| item.map_err(|e| backend_error(&path, e))),
+        )
+    }
 }
 
 impl Drop for RocksBackend {
@@ -115,10 +137,6 @@ impl StateBackend for RocksBackend {
     }
 
     fn range<'a>(&'a self, store: usize, from: Bound<&[u8]>, to: Bound<&[u8]>) -> RawIter<'a> {
-        let cf = match self.cf(store) {
-            Ok(cf) => cf,
-            Err(e) => return Box::new(std::iter::once(Err(e))),
-        };
         let mut read = ReadOptions::default();
         match to {
             Bound::Excluded(end) => read.set_iterate_upper_bound(end.to_vec()),
@@ -138,20 +156,10 @@ impl StateBackend for RocksBackend {
             ),
             Bound::Unbounded => (IteratorMode::Start, None),
         };
-        let path = self.path.clone();
-        Box::new(
-            self.db
-                .iterator_cf_opt(cf, read, mode)
-                .filter(move |item| !matches!((item, &skip), (Ok((k, _)), Some(s)) if k.as_ref() == s.as_slice()))
-                .map(move |item| item.map_err(|e| backend_error(&path, e))),
-        )
+        self.iterate(store, read, mode, skip)
     }
 
     fn range_rev<'a>(&'a self, store: usize, from: Bound<&[u8]>, to: Bound<&[u8]>) -> RawIter<'a> {
-        let cf = match self.cf(store) {
-            Ok(cf) => cf,
-            Err(e) => return Box::new(std::iter::once(Err(e))),
-        };
         let mut read = ReadOptions::default();
         match from {
             Bound::Included(start) => read.set_iterate_lower_bound(start.to_vec()),
@@ -172,13 +180,7 @@ impl StateBackend for RocksBackend {
             ),
             Bound::Unbounded => (IteratorMode::End, None),
         };
-        let path = self.path.clone();
-        Box::new(
-            self.db
-                .iterator_cf_opt(cf, read, mode)
-                .filter(move |item| !matches!((item, &skip), (Ok((k, _)), Some(s)) if k.as_ref() == s.as_slice()))
-                .map(move |item| item.map_err(|e| backend_error(&path, e))),
-        )
+        self.iterate(store, read, mode, skip)
     }
 
     fn apply(&mut self, writes: &[RawWrite], meta: &[(String, Vec<u8>)]) -> Result<(), StateError> {

@@ -1008,23 +1008,32 @@ pub fn read_to_end_on(client: &ClientConfig, topic: &str, timeout: Duration) -> 
     out
 }
 
-/// Deletes `topic` and waits until the broker no longer lists it.
+/// An admin client of the test broker, with a runtime to wait on its
+/// requests and options giving each 10 s.
+pub struct Admin {
+    pub client: AdminClient<DefaultClientContext>,
+    pub runtime: tokio::runtime::Runtime,
+    pub options: AdminOptions,
+}
+
+pub fn admin() -> Admin {
+    Admin {
+        client: plain_client().create().unwrap(),
+        runtime: tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        options: AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+    }
+}
+
 /// Deletes a consumer group and its committed offsets, as an operator
 /// would (or as `offsets.retention.minutes` does for an idle group).
 pub fn delete_group(group: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &broker().bootstrap)
-        .create()
-        .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let results = runtime
-        .block_on(admin.delete_groups(
-            &[group],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        ))
+    let admin = admin();
+    let results = admin
+        .runtime
+        .block_on(admin.client.delete_groups(&[group], &admin.options))
         .unwrap();
     for r in results {
         if let Err((n, code)) = r {
@@ -1045,21 +1054,15 @@ pub fn partition_end(topic: &str, partition: i32) -> i64 {
 /// Deletes the records of `topic`'s partitions below `before[p]`
 /// (DeleteRecords), as an operator or retention would.
 pub fn delete_records(topic: &str, before: &[i64]) {
-    let admin: AdminClient<DefaultClientContext> = plain_client().create().unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let admin = admin();
     let mut list = TopicPartitionList::new();
     for (p, offset) in before.iter().enumerate() {
         list.add_partition_offset(topic, p as i32, Offset::Offset(*offset))
             .unwrap();
     }
-    let result = runtime
-        .block_on(admin.delete_records(
-            &list,
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        ))
+    let result = admin
+        .runtime
+        .block_on(admin.client.delete_records(&list, &admin.options))
         .unwrap();
     for element in result.elements() {
         if let Err(e) = element.error() {
@@ -1078,20 +1081,12 @@ pub fn delete_records(topic: &str, before: &[i64]) {
     }
 }
 
+/// Deletes `topic` and waits until the broker no longer lists it.
 pub fn delete_topic(name: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &broker().bootstrap)
-        .create()
-        .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let results = runtime
-        .block_on(admin.delete_topics(
-            &[name],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        ))
+    let admin = admin();
+    let results = admin
+        .runtime
+        .block_on(admin.client.delete_topics(&[name], &admin.options))
         .unwrap();
     for r in results {
         if let Err((n, code)) = r {
