@@ -272,36 +272,40 @@ impl Program {
         extra: &[&Value],
         limit: usize,
     ) -> Result<Vec<Value>, String> {
-        let ctx = Ctx::<Data>::new(&self.filter.lut, self.vars(bindings, extra));
-        let mut out = Vec::new();
-        for output in self.filter.id.run((ctx, input)).take(limit) {
-            match output {
-                Ok(value) => out.push(from_val(value)?),
-                Err(exception) => {
-                    return Err(match exception.get_err() {
-                        Ok(error) => shorten(error.to_string()),
-                        // `halt` would stop the process in jq; here it is
-                        // the record's error like any other.
-                        Err(_) => "the expression halted".to_string(),
-                    });
+        isolated(|| {
+            let ctx = Ctx::<Data>::new(&self.filter.lut, self.vars(bindings, extra));
+            let mut out = Vec::new();
+            for output in self.filter.id.run((ctx, input)).take(limit) {
+                match output {
+                    Ok(value) => out.push(from_val(value)?),
+                    Err(exception) => {
+                        return Err(match exception.get_err() {
+                            Ok(error) => shorten(error.to_string()),
+                            // `halt` would stop the process in jq; here it
+                            // is the record's error like any other.
+                            Err(_) => "the expression halted".to_string(),
+                        });
+                    }
                 }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// The program as a predicate: true when its first output is neither
     /// `false` nor `null` (no output is false).
     pub fn test(&self, input: &Value, bindings: &Bindings<'_>) -> Result<bool, String> {
-        let ctx = Ctx::<Data>::new(&self.filter.lut, self.vars(bindings, &[]));
-        match self.filter.id.run((ctx, to_val(input))).next() {
-            None => Ok(false),
-            Some(Ok(value)) => Ok(!matches!(value, Val::Null | Val::Bool(false))),
-            Some(Err(exception)) => Err(match exception.get_err() {
-                Ok(error) => shorten(error.to_string()),
-                Err(_) => "the expression halted".to_string(),
-            }),
-        }
+        isolated(|| {
+            let ctx = Ctx::<Data>::new(&self.filter.lut, self.vars(bindings, &[]));
+            match self.filter.id.run((ctx, to_val(input))).next() {
+                None => Ok(false),
+                Some(Ok(value)) => Ok(!matches!(value, Val::Null | Val::Bool(false))),
+                Some(Err(exception)) => Err(match exception.get_err() {
+                    Ok(error) => shorten(error.to_string()),
+                    Err(_) => "the expression halted".to_string(),
+                }),
+            }
+        })
     }
 
     /// Runs the program expecting exactly one output.
@@ -318,6 +322,22 @@ impl Program {
             _ => Err("the expression produced several values where one is expected".into()),
         }
     }
+}
+
+/// Runs one evaluation so that a panic inside jaq (an arithmetic overflow
+/// on an extreme number, in a build with overflow checks) becomes the
+/// record's error, dead-lettered like any other, instead of ending the
+/// task. The evaluation shares nothing mutable with its caller: the
+/// program is immutable and the input is the evaluation's own.
+fn isolated<T>(evaluate: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(evaluate)).unwrap_or_else(|panic| {
+        let reason = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".to_string());
+        Err(format!("jq failed on this record: {reason}"))
+    })
 }
 
 /// The longest runtime error message kept: jaq's messages quote the values
@@ -568,6 +588,23 @@ mod tests {
         Program::compile(code, &[])
             .unwrap()
             .run(&input, &bindings(), &[], usize::MAX)
+    }
+
+    /// jaq's `length` negates a negative integer, which overflows for
+    /// i64::MIN (a panic where overflow checks are on, as in every test
+    /// build): found by `tests/topology_fuzz.rs` with a `route` node on
+    /// `.items | length`. A record's value must never crash its task.
+    #[test]
+    fn a_panic_inside_jq_is_the_record_s_error() {
+        let input = json!({"items": i64::MIN});
+        let outcome = std::panic::catch_unwind(|| run(".items | length", input.clone()));
+        let outcome = outcome.expect("the evaluation does not unwind into the caller");
+        if let Err(message) = outcome {
+            assert!(message.contains("jq failed"), "{message}");
+        }
+        let predicate = Program::compile(".items | length > 0", &[]).unwrap();
+        let outcome = std::panic::catch_unwind(|| predicate.test(&input, &bindings()));
+        assert!(outcome.is_ok(), "the predicate does not unwind either");
     }
 
     #[test]
