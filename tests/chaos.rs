@@ -1357,9 +1357,11 @@ fn distributed_counter_under_chaos() {
         let dead = read_to_end(&dlq, Duration::from_secs(60));
         let counted = count_counters(&values, &dead, &cluster.journal(), input);
         assert_eq!(
-            counted.actual, counted.expected,
-            "counter values (tokens dead-lettered as late: {:?})",
-            counted.late
+            counted.actual,
+            counted.expected,
+            "counter values ({} tokens dead-lettered as late, first ones: {:?})",
+            counted.late.len(),
+            counted.late.iter().take(20).collect::<Vec<_>>()
         );
         eprintln!(
             "  {} tokens dead-lettered as late, {} of them entirely",
