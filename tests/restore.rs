@@ -501,10 +501,12 @@ fn deleted_group_offsets_lose_only_each_changelog_s_last_transaction() {
     let log = second.stop();
     let restored = dump_state(&dir.path().join("state"), &app);
 
-    // Every fold is back but for what each changelog partition's last
-    // transaction wrote: those folds are one event short (the last round
+    // Every fold is back, but for what each changelog partition's last
+    // transaction wrote: those folds are one event short. The last round
     // is usually one transaction per task; under load its tail may be a
-    // second one, and then only the tail is missing).
+    // second one, and then only the tail is missing. (Which records that
+    // is cannot be read back exactly here: nisshi's end offsets stop at
+    // the last batch's first record, DESIGN §9.)
     let count = |dump: &StateDump| -> BTreeMap<Vec<u8>, u64> {
         dump.iter()
             .filter(|(store, _)| store.ends_with("/fold_account-open"))
@@ -521,38 +523,38 @@ fn deleted_group_offsets_lose_only_each_changelog_s_last_transaction() {
         ACCOUNTS as usize,
         "every account has an open fold"
     );
-    let changelog = read_to_end(
-        &format!("{app}-fold_account-open-changelog"),
-        Duration::from_secs(60),
+    assert_eq!(
+        restored_counts.keys().collect::<Vec<_>>(),
+        live_counts.keys().collect::<Vec<_>>(),
+        "every open fold came back; log:\n{log}"
     );
-    let mut last_written: std::collections::BTreeSet<Vec<u8>> = Default::default();
-    for partition in 0..4 {
-        let mut records: Vec<&Consumed> = changelog
-            .iter()
-            .filter(|r| r.partition == partition)
-            .collect();
-        records.sort_by_key(|r| r.offset);
-        let last = records.last().and_then(|r| r.header("streamfold.txn"));
-        assert!(
-            last.is_some(),
-            "partition {partition} of the changelog was written"
-        );
-        last_written.extend(
-            records
-                .iter()
-                .filter(|r| r.header("streamfold.txn") == last)
-                .filter_map(|r| r.key.clone().map(String::into_bytes)),
-        );
-    }
-    let expected: BTreeMap<Vec<u8>, u64> = live_counts
+    let short: Vec<String> = live_counts
         .iter()
-        .map(|(k, c)| (k.clone(), c - u64::from(last_written.contains(k))))
+        .filter(|(key, live)| {
+            let restored = restored_counts[*key];
+            assert!(
+                restored == **live || restored + 1 == **live,
+                "{}: restored {restored}, live {live}: all but the last event",
+                String::from_utf8_lossy(key)
+            );
+            restored + 1 == **live
+        })
+        .map(|(key, _)| String::from_utf8_lossy(key).to_string())
+        .collect();
+    let tasks_short: std::collections::BTreeSet<&str> = restored
+        .iter()
+        .filter(|(store, entries)| {
+            store.ends_with("/fold_account-open")
+                && entries
+                    .keys()
+                    .any(|k| short.contains(&String::from_utf8_lossy(k).to_string()))
+        })
+        .map(|(store, _)| store.as_str())
         .collect();
     assert_eq!(
-        restored_counts,
-        expected,
-        "the restore kept everything but each partition's last transaction ({} folds); log:\n{log}",
-        last_written.len()
+        tasks_short.len(),
+        4,
+        "each task's last transaction was left out (short: {short:?}); log:\n{log}"
     );
     // The timers were armed when the folds opened, long before.
     let timers = |dump: &StateDump| -> StateDump {
