@@ -13,13 +13,13 @@ use serde_json::{Value, json};
 use streamfold::formats::avro::{self, AvroSchema, read_schema_file};
 use streamfold::formats::{Codecs, FormatError, json as json_format};
 use streamfold::testkit::Driver;
-use streamfold::testkit::registry::{SchemaRegistry, offline_codecs};
 use streamfold::topology::types::HumanDuration;
 use streamfold::topology::{Topology, load_str};
 
 mod support;
 
 use support::fastavro::{fastavro, hex, unhex};
+use support::registry::SchemaRegistry;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -416,22 +416,34 @@ fn records_an_avro_source_cannot_decode_become_dead_letters() {
 }
 
 #[test]
-fn offline_codecs_bring_their_own_registry_for_avro_topologies() {
-    // The topology names a registry nobody runs; offline codecs ignore it.
+fn offline_codecs_read_and_write_avro_from_the_topology_s_schema_files() {
+    // The topology names a registry nobody runs; offline codecs never
+    // contact it: the schemas are the topology's files, numbered in memory.
     let topology = topology_with("{ url: \"http://127.0.0.1:9\" }", AVRO_SOURCE, AVRO_SINK);
-    let (registry, codecs) = offline_codecs(&topology).unwrap();
-    let registry = registry.expect("an Avro topology gets a registry");
-    assert_eq!(registry.subjects(), vec!["folded-key", "folded-value"]);
+    let codecs = Codecs::offline(&topology).unwrap();
     let bytes = codecs.encode_as_producer(0, &post(3)).unwrap();
     assert_eq!(codecs.decode(0, &bytes).unwrap(), post(3));
+    let folded = json!({"account_id": "account_1", "metrics": ["likes"], "posts": ["post_1"],
+                        "folded_count": 1, "first_event_at": "2025-01-01T00:00:00.000Z",
+                        "last_event_at": "2025-01-01T00:00:00.000Z", "closed_by": "quiet"});
+    let written = codecs.encode(0, &folded);
+    let written = written.unwrap_or_else(|e| panic!("the sink's schema file writes it: {e}"));
+    assert_eq!(
+        codecs.decode_as_consumer(0, &written).unwrap()["account_id"],
+        json!("account_1")
+    );
+    codecs.encode_key(0, b"account_1").unwrap();
+    // An id the topology's schemas do not have is the record's fault.
+    let unknown = avro::frame(99, &[0]);
+    let error = codecs.decode(0, &unknown).unwrap_err();
+    assert!(error.reason.contains("schema id 99"), "{}", error.reason);
 
     let json_only = topology_with(
         "{ url: \"http://127.0.0.1:9\" }",
         "format: json",
         "format: json",
     );
-    let (none, _) = offline_codecs(&json_only).unwrap();
-    assert!(none.is_none(), "JSON topologies need no registry");
+    Codecs::offline(&json_only).unwrap();
 }
 
 /// Which schema each example topic is written with.

@@ -12,9 +12,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use streamfold::formats::Codecs;
 use streamfold::testkit::article as example;
-use streamfold::testkit::registry::SchemaRegistry;
 use streamfold::topology;
 use support::fastavro::{fastavro, hex};
+use support::registry::SchemaRegistry;
 use support::*;
 
 #[test]

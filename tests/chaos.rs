@@ -331,11 +331,7 @@ impl Cluster {
     fn journal(&self) -> TxnJournal {
         let mut all = TxnJournal::default();
         for path in &self.journals {
-            let one = TxnJournal::read(path);
-            all.begun.extend(one.begun);
-            all.committed.extend(one.committed);
-            all.aborted.extend(one.aborted);
-            all.committing.extend(one.committing);
+            all.merge(TxnJournal::read(path));
         }
         all
     }
@@ -611,7 +607,8 @@ fn committed_only<'a>(records: &'a [Consumed], journal: &TxnJournal) -> (Vec<&'a
             journal.begun.contains(label),
             "{label} is not in any journal"
         );
-        if journal.committed.contains(label) || broker().strict && in_doubt.contains(label) {
+        let resolved = || broker().strict || journal.fate(label) == Fate::Committed;
+        if journal.committed.contains(label) || in_doubt.contains(label) && resolved() {
             committed.push(record);
         } else {
             assert!(
@@ -661,11 +658,13 @@ fn social_event(rng: &mut StdRng, i: u64, topic: &str) -> (String, String, Value
 
 /// A process killed after asking the broker to commit and before hearing
 /// back leaves a transaction in doubt (`committing` without `committed`
-/// in its journal). Its fate shows in the output: had it not committed,
-/// every event it folded was folded again by a committed transaction;
-/// had it committed, none was. Each in-doubt transaction must be one or
-/// the other (a mix is a real loss or double) and is counted accordingly:
-/// committed, or excused like the others that did not commit.
+/// in its journal). [`TxnJournal::fate`] tells most of them from the
+/// offsets the next owners resumed at, and [`committed_only`] counts
+/// those accordingly. Its fate also shows in the output: had it not
+/// committed, every event it folded was folded again by a committed
+/// transaction; had it committed, none was. This checks the two agree,
+/// and decides by the output the ones whose next owners left no trace (a
+/// mix is a real loss or double).
 fn resolve_in_doubt<'a>(
     outputs: &'a [Consumed],
     journal: &TxnJournal,
@@ -678,6 +677,7 @@ fn resolve_in_doubt<'a>(
     }
     let elsewhere: BTreeSet<String> = committed
         .iter()
+        .filter(|r| !in_doubt.contains(r.header("streamfold.txn").unwrap()))
         .flat_map(|r| strings(&r.json()["posts"]))
         .collect();
     let mut by_label: BTreeMap<&str, Vec<&Consumed>> = BTreeMap::new();
@@ -693,21 +693,33 @@ fn resolve_in_doubt<'a>(
             .flat_map(|r| strings(&r.json()["posts"]))
             .collect();
         let again = posts.iter().filter(|p| elsewhere.contains(*p)).count();
-        if again == 0 {
-            eprintln!(
-                "  {label} was in doubt at a kill and committed ({} records)",
-                records.len()
-            );
-            *excused -= records.len();
-            committed.extend(records);
-        } else {
-            assert_eq!(
+        let fate = journal.fate(label);
+        eprintln!(
+            "  {label} was in doubt at a kill: {fate:?} by the offsets its next owners resumed at; \
+             {again} of its {} events folded again",
+            posts.len()
+        );
+        match fate {
+            Fate::Committed => assert_eq!(
+                again, 0,
+                "{label} committed, yet its events were folded again"
+            ),
+            Fate::NotCommitted => assert_eq!(
+                again,
+                posts.len(),
+                "{label} did not commit, yet not all its events were folded again"
+            ),
+            Fate::Unknown if again == 0 => {
+                *excused -= records.len();
+                committed.extend(records);
+            }
+            Fate::Unknown => assert_eq!(
                 again,
                 posts.len(),
                 "{label}, in doubt at a kill, has {again} of its {} events folded again by \
                  committed transactions: neither committed nor not",
                 posts.len()
-            );
+            ),
         }
     }
 }
@@ -917,13 +929,19 @@ impl Scenario {
         let journal = cluster.journal();
         eprintln!(
             "{}: judged {} input records: nothing lost, nothing twice; {excused} records of {} \
-             uncommitted transactions excused ({} open at a kill, {} of them in doubt, {} aborted)",
+             uncommitted transactions excused ({} open at a kill, {} of them in doubt, {} aborted); \
+             in doubt: {:?}",
             self.test,
             input.len(),
             journal.uncommitted().len(),
             journal.open_at_kill().len(),
             journal.in_doubt().len(),
             journal.aborted.len(),
+            journal
+                .in_doubt()
+                .iter()
+                .map(|label| (label.clone(), journal.fate(label)))
+                .collect::<Vec<_>>(),
         );
 
         let startup = cluster.startup_seconds();
@@ -1359,9 +1377,15 @@ fn distributed_counter_under_chaos() {
         assert_eq!(
             counted.actual,
             counted.expected,
-            "counter values ({} tokens dead-lettered as late, first ones: {:?})",
+            "counter values ({} tokens dead-lettered as late, first ones: {:?}; in doubt at a kill: {:?})",
             counted.late.len(),
-            counted.late.iter().take(20).collect::<Vec<_>>()
+            counted.late.iter().take(20).collect::<Vec<_>>(),
+            cluster
+                .journal()
+                .in_doubt()
+                .iter()
+                .map(|label| (label.clone(), cluster.journal().fate(label)))
+                .collect::<Vec<_>>()
         );
         eprintln!(
             "  {} tokens dead-lettered as late, {} of them entirely",

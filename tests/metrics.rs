@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use streamfold::testkit::registry::SchemaRegistry;
+use support::registry::SchemaRegistry;
 use support::*;
 
 const PARTITIONS: i32 = 2;

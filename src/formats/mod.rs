@@ -2,7 +2,8 @@
 //! values and back.
 //!
 //! [`Codecs`] is built once per topology and used by the runtime and the
-//! offline driver alike: `decode` per source, `encode` per sink. A value
+//! offline driver alike: [`Codecs::decode_record`] per source record,
+//! [`Codecs::encode_record`] per sink record. A value
 //! that cannot be decoded, or that does not fit a sink's encoding, is the
 //! record's fault: the caller sends it to the dead-letter topic with the
 //! returned reason.
@@ -13,7 +14,9 @@
 //! registered under `<topic>-value` (or the subject's latest version is
 //! looked up with `register: false`), so a registry problem stops startup
 //! rather than the first record. Avro sources decode by the schema id each
-//! record carries; schemas are fetched once and cached.
+//! record carries; schemas are fetched once and cached. Offline
+//! ([`Codecs::offline`], `streamfold test`) the schemas are the topology's
+//! own files, numbered in memory ([`registry::SchemaSource::Local`]).
 
 pub mod avro;
 pub mod json;
@@ -26,7 +29,10 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use self::avro::AvroSchema;
-use self::registry::{Backoff, RECORD_RETRY, RegistryClient, SETUP_RETRY, subject};
+use self::registry::{
+    Backoff, LocalSchemas, RECORD_RETRY, RegistryClient, SETUP_RETRY, SchemaSource, subject,
+};
+use crate::record::{Record, Timestamp};
 use crate::telemetry::DeadLetterReason;
 use crate::topology::Topology;
 use crate::topology::model::{Format, KeyFormat};
@@ -141,6 +147,16 @@ struct SourceCodec {
     value: Decoder,
     /// Keys are Confluent Avro (otherwise they pass through as bytes).
     avro_key: bool,
+    /// `key_format: none`: the key on the wire is ignored.
+    keyless: bool,
+}
+
+/// A record's key and value bytes on the wire: what a consumer reads, or
+/// what the producer is to write. No payload is a tombstone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wire {
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
 }
 
 struct SinkCodec {
@@ -153,9 +169,10 @@ struct SinkCodec {
 pub struct Codecs {
     sources: Vec<SourceCodec>,
     sinks: Vec<SinkCodec>,
-    registry: Option<RegistryClient>,
-    /// Ids of source reader schemas registered by [`Codecs::encode_as_producer`].
-    producer_ids: Mutex<HashMap<usize, u32>>,
+    schemas: Option<SchemaSource>,
+    /// Ids of source key and value schemas registered by
+    /// [`Codecs::encode_as_producer`] and [`Codecs::encode_key_as_producer`].
+    producer_ids: Mutex<HashMap<(usize, bool), u32>>,
 }
 
 /// Whether any source or sink of `topology` reads or writes Avro.
@@ -178,7 +195,7 @@ impl Codecs {
     /// registers (or looks up) the sinks' schemas, retrying an unreachable
     /// registry with backoff.
     pub fn new(topology: &Topology) -> Result<Codecs, FormatError> {
-        let registry = if uses_avro(topology) {
+        let schemas = if uses_avro(topology) {
             let config = topology
                 .schema_registry
                 .as_ref()
@@ -190,10 +207,25 @@ impl Codecs {
                 what: "schema_registry".into(),
                 message: e.to_string(),
             })?;
-            Some(client)
+            Some(SchemaSource::Registry(client))
         } else {
             None
         };
+        Codecs::with_schemas(topology, schemas)
+    }
+
+    /// The codecs `streamfold test` runs with: Avro schemas come from the
+    /// topology's own files, kept in memory and numbered as a registry
+    /// would; no registry is needed or contacted.
+    pub fn offline(topology: &Topology) -> Result<Codecs, FormatError> {
+        let schemas = uses_avro(topology).then(|| SchemaSource::Local(LocalSchemas::default()));
+        Codecs::with_schemas(topology, schemas)
+    }
+
+    fn with_schemas(
+        topology: &Topology,
+        schemas: Option<SchemaSource>,
+    ) -> Result<Codecs, FormatError> {
         let mut sources = Vec::with_capacity(topology.sources.len());
         for source in &topology.sources {
             let config = &source.config;
@@ -219,6 +251,7 @@ impl Codecs {
                 topic: config.topic.clone(),
                 value,
                 avro_key: config.key_format == KeyFormat::Avro,
+                keyless: config.key_format == KeyFormat::None,
             });
         }
         let mut sinks = Vec::with_capacity(topology.sinks.len());
@@ -231,8 +264,8 @@ impl Codecs {
             let register = config.register.unwrap_or(true);
             let encoder = |avro: bool, file: Option<&Path>, key: bool| match (avro, file) {
                 (false, _) => Ok(Encoder::Json),
-                (true, Some(file)) => match &registry {
-                    Some(registry) => sink_encoder(registry, &config.topic, key, file, register),
+                (true, Some(file)) => match &schemas {
+                    Some(schemas) => sink_encoder(schemas, &config.topic, key, file, register),
                     None => Err("Avro needs a schema registry".to_string()),
                 },
                 (true, None) => Err(format!(
@@ -257,9 +290,56 @@ impl Codecs {
         Ok(Codecs {
             sources,
             sinks,
-            registry,
+            schemas,
             producer_ids: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The record source `source` reads from `key` and `payload`: the key
+    /// by the source's key format (ignored with `key_format: none`), the
+    /// value by its format. A record without a value (a tombstone) has
+    /// nothing to process and is unreadable. The runtime and the offline
+    /// driver both read records through this, so `streamfold test` shows
+    /// what `run` does with them.
+    pub fn decode_record(
+        &self,
+        source: usize,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        timestamp: Timestamp,
+        headers: Vec<(String, Vec<u8>)>,
+    ) -> Result<Record, CodecError> {
+        let keyless = self.sources.get(source).is_some_and(|s| s.keyless);
+        let key = match key {
+            Some(key) if !keyless => Some(self.decode_key(source, key)?),
+            _ => None,
+        };
+        let value = match payload {
+            Some(payload) => self.decode(source, payload)?,
+            None => return Err(CodecError::no_value()),
+        };
+        Ok(Record {
+            key,
+            value,
+            timestamp,
+            headers,
+        })
+    }
+
+    /// The key and payload sink `sink` writes for `record`: a null value is
+    /// a tombstone (no payload), so a compacted topic forgets the key.
+    /// Shared by the runtime and the offline driver, like
+    /// [`Codecs::decode_record`].
+    pub fn encode_record(&self, sink: usize, record: &Record) -> Result<Wire, String> {
+        let payload = match &record.value {
+            Value::Null => None,
+            value => Some(self.encode(sink, value)?),
+        };
+        let key = match record.key.as_deref() {
+            Some(key) => Some(self.encode_key(sink, key)?),
+            None => None,
+        };
+        Ok(Wire { key, payload })
     }
 
     /// Decodes a value read by source `source`.
@@ -352,27 +432,49 @@ impl Codecs {
                 ));
             }
         };
+        let id = self.producer_id(source, false, reader)?;
+        Ok(avro::frame(id, &reader.encode(value)?))
+    }
+
+    /// The id of `schema`, registered for source `source`'s keys or values
+    /// on first use.
+    fn producer_id(&self, source: usize, key: bool, schema: &AvroSchema) -> Result<u32, String> {
         let known = self
             .producer_ids
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&source)
+            .get(&(source, key))
             .copied();
-        let id = match known {
-            Some(id) => id,
-            None => {
-                let registry = self.registry()?;
-                let id = registry
-                    .register(&subject(&codec.topic, false), reader, RECORD_RETRY)
-                    .map_err(|e| e.to_string())?;
-                self.producer_ids
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(source, id);
-                id
-            }
-        };
-        Ok(avro::frame(id, &reader.encode(value)?))
+        if let Some(id) = known {
+            return Ok(id);
+        }
+        let topic = &self.sources[source].topic;
+        let id = self
+            .schemas()?
+            .register(&subject(topic, key), schema, RECORD_RETRY)
+            .map_err(|e| e.to_string())?;
+        self.producer_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((source, key), id);
+        Ok(id)
+    }
+
+    /// Encodes the text key `key` as a producer writing to source `source`
+    /// would: with `key_format: avro`, an Avro string (schema `"string"`,
+    /// registered under `<topic>-key`) in the Confluent wire format; other
+    /// key formats take the bytes as they are. For the offline driver.
+    pub fn encode_key_as_producer(&self, source: usize, key: &str) -> Result<Vec<u8>, String> {
+        let codec = self
+            .sources
+            .get(source)
+            .ok_or_else(|| format!("no source #{source}"))?;
+        if !codec.avro_key {
+            return Ok(key.as_bytes().to_vec());
+        }
+        let schema = AvroSchema::parse(r#""string""#)?;
+        let id = self.producer_id(source, true, &schema)?;
+        Ok(avro::frame(id, &schema.encode(&Value::String(key.into()))?))
     }
 
     /// Decodes bytes `encode(sink, ..)` wrote, as a consumer of the sink's
@@ -388,8 +490,8 @@ impl Codecs {
         }
     }
 
-    fn registry(&self) -> Result<&RegistryClient, String> {
-        self.registry
+    fn schemas(&self) -> Result<&SchemaSource, String> {
+        self.schemas
             .as_ref()
             .ok_or_else(|| "Avro needs a schema registry".to_string())
     }
@@ -401,7 +503,7 @@ impl Codecs {
         retry: Backoff,
     ) -> Result<Value, CodecError> {
         let (id, body) = avro::unframe(bytes)?;
-        let writer = self.registry()?.schema_by_id(id, retry)?;
+        let writer = self.schemas()?.schema_by_id(id, retry)?;
         Ok(match reader {
             Some(reader) => writer.decode_as(body, reader),
             None => writer.decode(body),
@@ -422,7 +524,7 @@ impl Encoder {
 /// The writer for a sink's values (or keys): the schema file registered
 /// under the topic's subject, or the subject's latest version.
 fn sink_encoder(
-    registry: &RegistryClient,
+    schemas: &SchemaSource,
     topic: &str,
     key: bool,
     file: &Path,
@@ -430,8 +532,8 @@ fn sink_encoder(
 ) -> Result<Encoder, String> {
     let local = avro::read_schema_file(file)?;
     let subject = subject(topic, key);
-    if register {
-        let id = registry
+    if register || schemas.is_local() {
+        let id = schemas
             .register(&subject, &local, SETUP_RETRY)
             .map_err(|e| format!("cannot register `{}` as `{subject}`: {e}", file.display()))?;
         tracing::info!(subject, id, schema = %file.display(), "Avro schema registered.");
@@ -440,7 +542,7 @@ fn sink_encoder(
             schema: Box::new(local),
         });
     }
-    let (id, latest) = registry.latest(&subject, SETUP_RETRY).map_err(|e| {
+    let (id, latest) = schemas.latest(&subject, SETUP_RETRY).map_err(|e| {
         if e.is_not_found() {
             format!(
                 "subject `{subject}` has no registered version to write with (`register: false`): register `{}` first, or set `register: true`",

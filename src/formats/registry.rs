@@ -146,6 +146,138 @@ impl RegistryError {
     }
 }
 
+/// Where Avro schemas come from: a schema registry (`run`), or the
+/// topology's own schema files kept in memory (`streamfold test`, offline:
+/// no server, no network).
+#[derive(Debug)]
+pub enum SchemaSource {
+    Registry(RegistryClient),
+    Local(LocalSchemas),
+}
+
+impl SchemaSource {
+    /// The schema with `id`.
+    pub fn schema_by_id(&self, id: u32, retry: Backoff) -> Result<Arc<AvroSchema>, CodecError> {
+        match self {
+            SchemaSource::Registry(registry) => registry.schema_by_id(id, retry),
+            SchemaSource::Local(local) => local.schema_by_id(id),
+        }
+    }
+
+    /// Registers `schema` under `subject` (or finds it registered) and
+    /// returns its id.
+    pub fn register(
+        &self,
+        subject: &str,
+        schema: &AvroSchema,
+        retry: Backoff,
+    ) -> Result<u32, RegistryError> {
+        match self {
+            SchemaSource::Registry(registry) => registry.register(subject, schema, retry),
+            SchemaSource::Local(local) => local.register(subject, schema),
+        }
+    }
+
+    /// The latest version registered under `subject`: its id and schema.
+    pub fn latest(
+        &self,
+        subject: &str,
+        retry: Backoff,
+    ) -> Result<(u32, AvroSchema), RegistryError> {
+        match self {
+            SchemaSource::Registry(registry) => registry.latest(subject, retry),
+            SchemaSource::Local(local) => local.latest(subject),
+        }
+    }
+
+    /// Offline schemas know only what the topology registers itself, so
+    /// sinks register their schema files even with `register: false`.
+    pub fn is_local(&self) -> bool {
+        matches!(self, SchemaSource::Local(_))
+    }
+}
+
+/// Schemas in memory, numbered as a registry numbers them: one schema (by
+/// its Parsing Canonical Form) has one id under every subject.
+#[derive(Debug, Default)]
+pub struct LocalSchemas {
+    state: Mutex<LocalState>,
+}
+
+#[derive(Debug, Default)]
+struct LocalState {
+    /// Id `n` is at index `n - 1`.
+    schemas: Vec<Arc<AvroSchema>>,
+    /// Subject → the ids of its versions, oldest first.
+    subjects: HashMap<String, Vec<u32>>,
+}
+
+impl LocalSchemas {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LocalState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn register(&self, subject: &str, schema: &AvroSchema) -> Result<u32, RegistryError> {
+        let mut state = self.lock();
+        let canonical = schema.canonical_form();
+        let known = state
+            .schemas
+            .iter()
+            .position(|s| s.canonical_form() == canonical);
+        let index = match known {
+            Some(index) => index,
+            None => {
+                let copy =
+                    AvroSchema::parse(schema.text()).map_err(|message| RegistryError::Invalid {
+                        url: "offline".into(),
+                        message,
+                    })?;
+                state.schemas.push(Arc::new(copy));
+                state.schemas.len() - 1
+            }
+        };
+        let id = u32::try_from(index + 1).unwrap_or(u32::MAX);
+        let versions = state.subjects.entry(subject.to_string()).or_default();
+        if versions.last() != Some(&id) {
+            versions.push(id);
+        }
+        Ok(id)
+    }
+
+    fn schema_by_id(&self, id: u32) -> Result<Arc<AvroSchema>, CodecError> {
+        let index = usize::try_from(id).ok().and_then(|id| id.checked_sub(1));
+        index
+            .and_then(|index| self.lock().schemas.get(index).cloned())
+            .ok_or_else(|| {
+                CodecError::record(format!(
+                    "schema id {id} is not one of the topology's schemas (offline, the schemas are the topology's own files)"
+                ))
+            })
+    }
+
+    fn latest(&self, subject: &str) -> Result<(u32, AvroSchema), RegistryError> {
+        let state = self.lock();
+        let found = state
+            .subjects
+            .get(subject)
+            .and_then(|ids| ids.last())
+            .and_then(|&id| Some((id, state.schemas.get(usize::try_from(id).ok()? - 1)?)));
+        match found {
+            Some((id, schema)) => AvroSchema::parse(schema.text())
+                .map(|schema| (id, schema))
+                .map_err(|message| RegistryError::Invalid {
+                    url: "offline".into(),
+                    message,
+                }),
+            None => Err(RegistryError::Refused {
+                url: "offline".into(),
+                message: format!("subject `{subject}` not found"),
+                status: Some(404),
+            }),
+        }
+    }
+}
+
 /// A registry connection with its schema cache.
 pub struct RegistryClient {
     settings: SrSettings,

@@ -277,11 +277,42 @@ struct Journal {
 
 impl Journal {
     fn record(&mut self, event: &str, label: &str) {
-        let written = writeln!(self.file, "{event} {label}").and_then(|()| self.file.sync_data());
+        self.write(&format!("{event} {label}"));
+    }
+
+    /// `<event> <label> <unix ms> <topic>:<partition>:<offset>…`: offsets
+    /// a transaction commits, or (`fetched`) the group's committed offsets
+    /// as a new owner read them. Together they tell a transaction in doubt
+    /// at a kill apart: committed if every next owner resumed at or past
+    /// its offsets, not if one resumed before them.
+    fn offsets(&mut self, event: &str, label: &str, list: &TopicPartitionList) {
+        let mut line = format!("{event} {label} {}", unix_millis());
+        for element in list.elements() {
+            let offset = match element.offset() {
+                Offset::Offset(offset) => offset,
+                _ => -1,
+            };
+            line.push_str(&format!(
+                " {}:{}:{offset}",
+                element.topic(),
+                element.partition()
+            ));
+        }
+        self.write(&line);
+    }
+
+    fn write(&mut self, line: &str) {
+        let written = writeln!(self.file, "{line}").and_then(|()| self.file.sync_data());
         if let Err(error) = written {
             tracing::error!(path = %self.path.display(), %error, "Cannot write the transaction journal.");
         }
     }
+}
+
+fn unix_millis() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
 }
 
 /// Delivery reports: the highest offset produced per tracked partition,
@@ -494,7 +525,7 @@ impl Transactions {
     }
 
     /// Sends `letter` to the dead-letter topic `topic`, its payload cut to
-    /// fit the topic when it is too large ([`super::limits::shrink`]).
+    /// fit the topic when it is too large ([`Limits::fit_dead_letter`]).
     pub fn send_dead_letter(
         &mut self,
         topic: &str,
@@ -510,21 +541,18 @@ impl Transactions {
             timestamp: None,
             tracked: 0,
         };
-        let Err(too_large) = self.check_size(&record) else {
-            return self.send(record);
-        };
+        // Dead letters are rare: cut a copy.
         let (mut key, mut payload, mut headers) = (
             letter.key.clone(),
             letter.payload.clone(),
             letter.headers.clone(),
         );
-        super::limits::shrink(
-            &mut key,
-            &mut payload,
-            &mut headers,
-            dlq_headers::ALL,
-            too_large.excess(),
-        );
+        let Some(too_large) =
+            self.limits
+                .fit_dead_letter(topic, &mut key, &mut payload, &mut headers)
+        else {
+            return self.send(record);
+        };
         tracing::error!(
             node = %letter.node,
             topic,
@@ -627,6 +655,14 @@ impl Transactions {
             if let Some(journal) = &mut self.journal {
                 journal.record(event, &label);
             }
+        }
+    }
+
+    /// Journals the group's committed offsets as a new task read them.
+    pub fn journal_fetched(&mut self, offsets: &TopicPartitionList) {
+        let run = self.run_id.clone();
+        if let Some(journal) = &mut self.journal {
+            journal.offsets("fetched", &run, offsets);
         }
     }
 
@@ -808,6 +844,10 @@ impl Transactions {
         self.fault(FaultPoint::Commit)?;
         // From here until `committed` the outcome is in doubt: a process
         // killed meanwhile may or may not have committed.
+        let label = self.txn_label();
+        if let Some(journal) = &mut self.journal {
+            journal.offsets("offsets", &label, offsets);
+        }
         self.journal("committing");
         let mut attempts = 0;
         loop {

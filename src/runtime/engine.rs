@@ -29,8 +29,6 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Statistics};
 
-use serde_json::Value;
-
 use super::admin::Layout;
 use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, Positions};
 use super::commit::{
@@ -41,12 +39,12 @@ use super::partitioner::partition_for;
 use super::restore::Restorer;
 use super::task::{DeadLetterAt, Output, Routing, Task, Upstream};
 use super::{RuntimeError, admin, query};
-use crate::formats::{CodecError, Codecs, json};
+use crate::formats::{CodecError, Codecs, Wire, json};
 use crate::record::{Origin, Record};
 use crate::state::rocks::RocksBackend;
 use crate::telemetry::{self, DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::Topology;
-use crate::topology::model::{Guarantee, KeyFormat, OffsetReset};
+use crate::topology::model::{Guarantee, OffsetReset};
 
 /// Header naming which input of a node a repartition record is for.
 const INPUT_HEADER: &str = "streamfold.input";
@@ -650,6 +648,7 @@ impl Engine {
                 return Ok(());
             }
         };
+        self.cycle.txn.journal_fetched(&list);
         let inputs: Vec<String> = self.inputs.iter().map(|i| i.topic.clone()).collect();
         for task in awaiting {
             let mut committed = vec![None; self.inputs.len()];
@@ -875,23 +874,13 @@ impl Engine {
             InputKind::Source(sources) => {
                 let mut result = Ok(());
                 for &source in sources {
-                    let config = &self.topology.sources[source].config;
-                    let key = match (config.key_format, message.key()) {
-                        (KeyFormat::None, _) | (_, None) => Ok(None),
-                        (_, Some(key)) => self.codecs.decode_key(source, key).map(Some),
-                    };
-                    let decoded = key.and_then(|key| {
-                        let value = match message.payload() {
-                            Some(payload) => self.codecs.decode(source, payload)?,
-                            None => return Err(CodecError::no_value()),
-                        };
-                        Ok(Record {
-                            key,
-                            value,
-                            timestamp,
-                            headers: headers.clone(),
-                        })
-                    });
+                    let decoded = self.codecs.decode_record(
+                        source,
+                        message.key(),
+                        message.payload(),
+                        timestamp,
+                        headers.clone(),
+                    );
                     result = slot
                         .task
                         .process_source(source, &origin, decoded, &mut outputs);
@@ -971,22 +960,9 @@ impl Engine {
         for output in outputs.drain(..) {
             match output {
                 Output::Sink { sink, record } => {
-                    // A null value is a tombstone: no payload, so a
-                    // compacted topic forgets the key.
-                    let payload = match record.value {
-                        Value::Null => Ok(None),
-                        ref value => self.codecs.encode(sink, value).map(Some),
-                    };
-                    let encoded = payload.and_then(|payload| {
-                        let key = match record.key.as_deref() {
-                            Some(key) => Some(self.codecs.encode_key(sink, key)?),
-                            None => None,
-                        };
-                        Ok((key, payload))
-                    });
                     let name = &self.topology.sinks[sink].name;
-                    let (key, payload) = match encoded {
-                        Ok(encoded) => encoded,
+                    let Wire { key, payload } = match self.codecs.encode_record(sink, &record) {
+                        Ok(wire) => wire,
                         Err(reason) => {
                             let code = DeadLetterReason::Unencodable;
                             if let Some(slot) = self.tasks.get_mut(&task) {

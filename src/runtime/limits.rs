@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 
+use super::task::dlq_headers;
 use crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES;
 
 /// Reason prefix of every dead letter written because a record did not
@@ -196,6 +197,22 @@ impl Limits {
 
     /// The smallest limit of a topic below the producer's, if any: no
     /// batch of several records may be larger (librdkafka's `batch.size`).
+    /// Cuts a dead letter's record to fit `topic` with [`shrink`], keeping
+    /// the `streamfold.dlq.*` headers; returns how it was too large, when
+    /// it was. The runtime and the offline driver cut alike.
+    pub fn fit_dead_letter(
+        &self,
+        topic: &str,
+        key: &mut Option<Vec<u8>>,
+        payload: &mut Option<Vec<u8>>,
+        headers: &mut Vec<(String, Vec<u8>)>,
+    ) -> Option<TooLarge> {
+        let size = record_size(key.as_deref(), payload.as_deref(), headers);
+        let too_large = self.check(topic, size).err()?;
+        shrink(key, payload, headers, dlq_headers::ALL, too_large.excess());
+        Some(too_large)
+    }
+
     pub fn smallest_topic_limit(&self) -> Option<usize> {
         self.topics
             .values()

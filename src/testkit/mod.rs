@@ -11,8 +11,12 @@
 //!
 //! Input lines are records, `{"topic": "posts", "key": "a", "value": {...}}`
 //! with optional `timestamp` (epoch ms or RFC 3339; default: the virtual
-//! clock), `headers` (`{"name": "text"}`) and `raw` instead of `value` for
-//! bytes that are not JSON; or clock steps, `{"advance": "5m"}`, which move
+//! clock), `headers` (`{"name": "text"}`), `raw` instead of `value` for
+//! bytes that are not JSON, and `raw_key` instead of `key` for key bytes as
+//! they are (`key` is written as a producer would in the source's key
+//! format). `"value": null` is a tombstone, a record without a payload.
+//! Records go through the same decoding and encoding as in `run`
+//! ([`Codecs::decode_record`], [`Codecs::encode_record`]); or clock steps, `{"advance": "5m"}`, which move
 //! the virtual wall clock forward one punctuation tick at a time, firing
 //! timers as the runtime would. Blank lines and lines starting with `#` are
 //! ignored. The virtual clock starts at 2025-01-01T00:00:00Z.
@@ -28,7 +32,6 @@
 
 pub mod article;
 mod diff;
-pub mod registry;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -37,12 +40,13 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::formats::{Codecs, json};
-use crate::record::{Origin, Record, Timestamp};
-use crate::runtime::task::{Output, Routing, Task, TaskError};
+use crate::formats::{Codecs, Wire, json};
+use crate::record::{Origin, Timestamp};
+use crate::runtime::limits::{Limits, record_size};
+use crate::runtime::task::{DeadLetterAt, Output, Routing, Task, TaskError, sink_dead_letter};
 use crate::state::StateError;
 use crate::state::memory::MemoryBackend;
-use crate::telemetry::{NodeCounter, NodeStats};
+use crate::telemetry::{DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::Topology;
 use crate::topology::types::HumanDuration;
 
@@ -251,13 +255,18 @@ enum Step {
 
 struct Fixture {
     topic: String,
-    key: Option<Vec<u8>>,
-    /// The value, when given as JSON (`value`), so each source can encode
-    /// it in its own format.
-    value: Option<Value>,
-    payload: Vec<u8>,
+    key: Option<FixtureBytes>,
+    value: FixtureBytes,
     timestamp: Option<Timestamp>,
     headers: Vec<(String, Vec<u8>)>,
+}
+
+/// A fixture's key or value: JSON (or text, for keys) that each source
+/// writes as a producer would in its own format, or `raw` bytes as given.
+/// A `null` value is a tombstone: no payload at all.
+enum FixtureBytes {
+    Json(Value),
+    Raw(Vec<u8>),
 }
 
 fn parse_step(step: &Value) -> Result<Step, String> {
@@ -270,7 +279,15 @@ fn parse_step(step: &Value) -> Result<Step, String> {
             .ok_or("`advance` takes a duration such as \"5m\"")?;
         return HumanDuration::parse(text).map(Step::Advance);
     }
-    const FIELDS: &[&str] = &["topic", "key", "value", "raw", "timestamp", "headers"];
+    const FIELDS: &[&str] = &[
+        "topic",
+        "key",
+        "raw_key",
+        "value",
+        "raw",
+        "timestamp",
+        "headers",
+    ];
     if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(crate::topology::de::unknown_name("field", unknown, FIELDS));
     }
@@ -281,18 +298,26 @@ fn parse_step(step: &Value) -> Result<Step, String> {
             "a record needs `topic` (or the line must be a clock step like {\"advance\": \"5m\"})",
         )?
         .to_string();
-    let key = match object.get("key") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.as_bytes().to_vec()),
-        Some(other) => Some(json::encode(other)),
+    let key = match (object.get("key"), object.get("raw_key")) {
+        (None | Some(Value::Null), None) => None,
+        (Some(key), None) => Some(FixtureBytes::Json(key.clone())),
+        (None, Some(Value::String(raw))) => Some(FixtureBytes::Raw(raw.as_bytes().to_vec())),
+        (None, Some(_)) => {
+            return Err("`raw_key` takes a string: the key's bytes as text".into());
+        }
+        (Some(_), Some(_)) => return Err("a record has `key` or `raw_key`, not both".into()),
     };
-    let value = object.get("value").cloned();
-    let payload = match (object.get("value"), object.get("raw")) {
-        (Some(value), None) => json::encode(value),
-        (None, Some(Value::String(raw))) => raw.as_bytes().to_vec(),
+    let value = match (object.get("value"), object.get("raw")) {
+        (Some(value), None) => FixtureBytes::Json(value.clone()),
+        (None, Some(Value::String(raw))) => FixtureBytes::Raw(raw.as_bytes().to_vec()),
         (None, Some(_)) => return Err("`raw` takes a string: the record's bytes as text".into()),
         (Some(_), Some(_)) => return Err("a record has `value` or `raw`, not both".into()),
-        (None, None) => return Err("a record needs `value` (JSON) or `raw` (bytes as text)".into()),
+        (None, None) => {
+            return Err(
+                "a record needs `value` (JSON, `null` for a tombstone) or `raw` (bytes as text)"
+                    .into(),
+            );
+        }
     };
     let timestamp = match object.get("timestamp") {
         None => None,
@@ -316,7 +341,6 @@ fn parse_step(step: &Value) -> Result<Step, String> {
         topic,
         key,
         value,
-        payload,
         timestamp,
         headers,
     }))
@@ -345,9 +369,9 @@ impl From<StateError> for DriverError {
 pub struct Driver {
     topology: Arc<Topology>,
     codecs: Codecs,
-    /// The in-process schema registry Avro topologies use offline.
-    _registry: Option<registry::SchemaRegistry>,
     task: Task,
+    /// What the producer accepts (`kafka.producer`'s `message.max.bytes`).
+    limits: Limits,
     now: Timestamp,
     tick: i64,
     offsets: BTreeMap<String, i64>,
@@ -365,10 +389,10 @@ impl Driver {
         task.set_processing_time(VIRTUAL_EPOCH);
         task.start()?;
         let tick = topology.processing.punctuation_interval.as_millis().max(1);
-        let (registry, codecs) = registry::offline_codecs(&topology)?;
+        let codecs = Codecs::offline(&topology)?;
         Ok(Driver {
             codecs,
-            _registry: registry,
+            limits: Limits::new(topology.kafka.max_record_bytes()),
             topology,
             task,
             now: VIRTUAL_EPOCH,
@@ -398,44 +422,34 @@ impl Driver {
         let offset = *self.offsets.entry(fixture.topic.clone()).or_insert(0);
         self.offsets.insert(fixture.topic.clone(), offset + 1);
         let mut outputs = Vec::new();
-        let mut last_payload = fixture.payload.clone();
+        let mut last = Wire::default();
         for source in sources.iter().copied() {
-            // A fixture `value` is written as a producer would for this
-            // source (JSON, or Avro with its schema); `raw` bytes as given.
-            let payload = match &fixture.value {
-                Some(value) => self.codecs.encode_as_producer(source, value).map_err(|e| {
-                    DriverError::Fixture(format!(
-                        "the value does not fit source `{}`: {e}",
-                        self.topology.sources[source].name
-                    ))
-                })?,
-                None => fixture.payload.clone(),
-            };
+            let wire = self.wire(source, &fixture)?;
             let origin = Origin {
                 topic: &fixture.topic,
                 partition: 0,
                 offset,
-                key: fixture.key.as_deref(),
-                payload: Some(&payload),
+                key: wire.key.as_deref(),
+                payload: wire.payload.as_deref(),
                 headers: &fixture.headers,
             };
-            // Fixture keys are text, already decoded.
-            let decoded = self.codecs.decode(source, &payload).map(|value| Record {
-                key: fixture.key.clone().map(Vec::into_boxed_slice),
-                value,
-                timestamp: fixture.timestamp.unwrap_or(self.now),
-                headers: fixture.headers.clone(),
-            });
+            let decoded = self.codecs.decode_record(
+                source,
+                wire.key.as_deref(),
+                wire.payload.as_deref(),
+                fixture.timestamp.unwrap_or(self.now),
+                fixture.headers.clone(),
+            );
             self.task
                 .process_source(source, &origin, decoded, &mut outputs)?;
-            last_payload = payload;
+            last = wire;
         }
         let origin = Origin {
             topic: &fixture.topic,
             partition: 0,
             offset,
-            key: fixture.key.as_deref(),
-            payload: Some(&last_payload),
+            key: last.key.as_deref(),
+            payload: last.payload.as_deref(),
             headers: &fixture.headers,
         };
         self.collect(outputs, Some(&origin));
@@ -443,16 +457,47 @@ impl Driver {
         Ok(())
     }
 
+    /// The fixture's bytes on the wire as a producer wrote them for
+    /// source `source`: JSON values and keys in the source's formats (Avro
+    /// with its schemas), raw ones as given, a `null` value as a tombstone.
+    fn wire(&self, source: usize, fixture: &Fixture) -> Result<Wire, DriverError> {
+        let name = &self.topology.sources[source].name;
+        let key = match &fixture.key {
+            None => None,
+            Some(FixtureBytes::Raw(bytes)) => Some(bytes.clone()),
+            Some(FixtureBytes::Json(key)) => {
+                let text = match key {
+                    Value::String(text) => text.clone(),
+                    other => String::from_utf8_lossy(&json::encode(other)).into_owned(),
+                };
+                let bytes = self.codecs.encode_key_as_producer(source, &text);
+                Some(bytes.map_err(|e| {
+                    DriverError::Fixture(format!("the key does not fit source `{name}`: {e}"))
+                })?)
+            }
+        };
+        let payload = match &fixture.value {
+            FixtureBytes::Raw(bytes) => Some(bytes.clone()),
+            FixtureBytes::Json(Value::Null) => None,
+            FixtureBytes::Json(value) => {
+                Some(self.codecs.encode_as_producer(source, value).map_err(|e| {
+                    DriverError::Fixture(format!("the value does not fit source `{name}`: {e}"))
+                })?)
+            }
+        };
+        Ok(Wire { key, payload })
+    }
+
     /// Feeds one record with a JSON value to every source reading `topic`
-    /// (written as a producer would for each source's format), timestamped
-    /// now on the virtual clock.
+    /// (written as a producer would for each source's format; `null` is a
+    /// tombstone), timestamped now on the virtual clock.
     pub fn feed_json(
         &mut self,
         topic: &str,
         key: Option<&str>,
         value: &Value,
     ) -> Result<(), TestkitError> {
-        self.feed_now(topic, key, Some(value.clone()), json::encode(value))
+        self.feed_now(topic, key, FixtureBytes::Json(value.clone()))
     }
 
     /// Feeds one record with `payload` as its bytes, whatever the sources'
@@ -463,21 +508,19 @@ impl Driver {
         key: Option<&str>,
         payload: &[u8],
     ) -> Result<(), TestkitError> {
-        self.feed_now(topic, key, None, payload.to_vec())
+        self.feed_now(topic, key, FixtureBytes::Raw(payload.to_vec()))
     }
 
     fn feed_now(
         &mut self,
         topic: &str,
         key: Option<&str>,
-        value: Option<Value>,
-        payload: Vec<u8>,
+        value: FixtureBytes,
     ) -> Result<(), TestkitError> {
         let fixture = Fixture {
             topic: topic.to_string(),
-            key: key.map(|k| k.as_bytes().to_vec()),
+            key: key.map(|k| FixtureBytes::Json(Value::String(k.to_string()))),
             value,
-            payload,
             timestamp: None,
             headers: Vec::new(),
         };
@@ -541,42 +584,47 @@ impl Driver {
                 Output::Sink { sink, record } => {
                     let def = &self.topology.sinks[sink];
                     let topic = def.config.topic.clone();
-                    // Through the wire format and back, as a consumer sees it.
-                    if record.value.is_null() {
-                        // A tombstone: no payload on the wire.
-                        self.received.entry(topic).or_default().push(Received {
-                            key: record.key.as_deref().map(crate::record::key_text),
-                            value: Ok(Value::Null),
-                            headers: text_headers(&record.headers),
-                            timestamp: Some(record.timestamp),
+                    // Through the wire format and back, as a consumer sees
+                    // it; a record that cannot be written, or is too large
+                    // for its topic, is a dead letter as in `run` (the
+                    // topic limits `run` reads from the broker are not
+                    // known here; the producer's applies).
+                    let written = self
+                        .codecs
+                        .encode_record(sink, &record)
+                        .map_err(|reason| (DeadLetterReason::Unencodable, reason))
+                        .and_then(|wire| {
+                            let size = record_size(
+                                wire.key.as_deref(),
+                                wire.payload.as_deref(),
+                                &record.headers,
+                            );
+                            match self.limits.check(&topic, size) {
+                                Ok(()) => Ok(wire),
+                                Err(too_large) => Err((
+                                    DeadLetterReason::TooLarge,
+                                    too_large.reason(&format!("the record of sink `{}`", def.name)),
+                                )),
+                            }
                         });
-                        continue;
-                    }
-                    let encoded = self.codecs.encode(sink, &record.value).and_then(|bytes| {
-                        if let Some(key) = record.key.as_deref() {
-                            self.codecs.encode_key(sink, key)?;
-                        }
-                        Ok(bytes)
-                    });
-                    let bytes = match encoded {
-                        Ok(bytes) => bytes,
-                        Err(reason) => {
-                            let code = crate::telemetry::DeadLetterReason::Unencodable;
-                            self.task.count_dead_letter(
-                                crate::runtime::task::DeadLetterAt::Sink(sink),
-                                code,
-                            );
-                            let letter = crate::runtime::task::sink_dead_letter(
-                                origin, &def.name, code, &reason, &record,
-                            );
+                    let wire = match written {
+                        Ok(wire) => wire,
+                        Err((code, reason)) => {
+                            self.task.count_dead_letter(DeadLetterAt::Sink(sink), code);
+                            let letter =
+                                sink_dead_letter(origin, &def.name, code, &reason, &record);
                             self.collect(vec![Output::DeadLetter(letter)], origin);
                             continue;
                         }
                     };
-                    let value = self
-                        .codecs
-                        .decode_as_consumer(sink, &bytes)
-                        .map_err(|_| String::from_utf8_lossy(&bytes).into_owned());
+                    let value = match &wire.payload {
+                        // A tombstone: no payload on the wire.
+                        None => Ok(Value::Null),
+                        Some(bytes) => self
+                            .codecs
+                            .decode_as_consumer(sink, bytes)
+                            .map_err(|_| String::from_utf8_lossy(bytes).into_owned()),
+                    };
                     self.received.entry(topic).or_default().push(Received {
                         key: record.key.as_deref().map(crate::record::key_text),
                         value,
@@ -584,7 +632,14 @@ impl Driver {
                         timestamp: Some(record.timestamp),
                     });
                 }
-                Output::DeadLetter(letter) => {
+                Output::DeadLetter(mut letter) => {
+                    let topic = &self.topology.dead_letter_topic;
+                    self.limits.fit_dead_letter(
+                        topic,
+                        &mut letter.key,
+                        &mut letter.payload,
+                        &mut letter.headers,
+                    );
                     let value = match &letter.payload {
                         Some(bytes) => json::decode(bytes)
                             .map_err(|_| String::from_utf8_lossy(bytes).into_owned()),

@@ -16,6 +16,7 @@
 #![allow(dead_code)]
 
 pub mod fastavro;
+pub mod registry;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -347,6 +348,21 @@ impl TestProducer {
     }
 
     pub fn send(&self, topic: &str, key: Option<&[u8]>, payload: &[u8], headers: &[(&str, &str)]) {
+        self.send_with(topic, key, Some(payload), headers);
+    }
+
+    /// Sends a record whose payload may be absent (a tombstone).
+    pub fn send_maybe(&self, topic: &str, key: Option<&[u8]>, payload: Option<&[u8]>) {
+        self.send_with(topic, key, payload, &[]);
+    }
+
+    fn send_with(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        headers: &[(&str, &str)],
+    ) {
         let mut owned = OwnedHeaders::new();
         for (k, v) in headers {
             owned = owned.insert(Header {
@@ -354,9 +370,10 @@ impl TestProducer {
                 value: Some(v.as_bytes()),
             });
         }
-        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
-            .payload(payload)
-            .headers(owned);
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic).headers(owned);
+        if let Some(payload) = payload {
+            record = record.payload(payload);
+        }
         if let Some(key) = key {
             record = record.key(key);
         }
@@ -850,6 +867,49 @@ pub struct TxnJournal {
     pub committing: std::collections::BTreeSet<String>,
     pub committed: std::collections::BTreeSet<String>,
     pub aborted: std::collections::BTreeSet<String>,
+    /// Per transaction asked to commit: when, and the offsets it commits.
+    pub offsets: BTreeMap<String, JournaledOffsets>,
+    /// The group's committed offsets as each new task read them, and when.
+    pub fetched: Vec<JournaledOffsets>,
+}
+
+/// A journal line's time (unix ms) and `(topic, partition) → offset`.
+#[derive(Clone, Debug, Default)]
+pub struct JournaledOffsets {
+    pub at: u128,
+    pub offsets: BTreeMap<(String, i32), i64>,
+}
+
+impl JournaledOffsets {
+    fn parse(line: &str, words: std::str::SplitWhitespace<'_>) -> JournaledOffsets {
+        let mut words = words;
+        let at = words
+            .next()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("journal line `{line}` has no time"));
+        let offsets = words
+            .map(|word| {
+                let mut parts = word.rsplitn(3, ':');
+                let (offset, partition, topic) = (parts.next(), parts.next(), parts.next());
+                match (topic, partition.map(str::parse), offset.map(str::parse)) {
+                    (Some(topic), Some(Ok(partition)), Some(Ok(offset))) => {
+                        ((topic.to_string(), partition), offset)
+                    }
+                    _ => panic!("journal line `{line}`: bad offset `{word}`"),
+                }
+            })
+            .collect();
+        JournaledOffsets { at, offsets }
+    }
+}
+
+/// What became of a transaction in doubt at a kill.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    Committed,
+    NotCommitted,
+    /// No new owner read the offsets of its partitions afterwards.
+    Unknown,
 }
 
 impl TxnJournal {
@@ -857,9 +917,22 @@ impl TxnJournal {
         let mut journal = TxnJournal::default();
         let text = std::fs::read_to_string(path).unwrap_or_default();
         for line in text.lines() {
-            let (event, label) = line
-                .split_once(' ')
-                .unwrap_or_else(|| panic!("journal line `{line}`"));
+            let mut words = line.split_whitespace();
+            let (Some(event), Some(label)) = (words.next(), words.next()) else {
+                panic!("journal line `{line}`");
+            };
+            match event {
+                "offsets" => {
+                    let offsets = JournaledOffsets::parse(line, words);
+                    journal.offsets.insert(label.to_string(), offsets);
+                    continue;
+                }
+                "fetched" => {
+                    journal.fetched.push(JournaledOffsets::parse(line, words));
+                    continue;
+                }
+                _ => {}
+            }
             let set = match event {
                 "begin" => &mut journal.begun,
                 "committing" => &mut journal.committing,
@@ -898,6 +971,48 @@ impl TxnJournal {
             .filter(|label| !self.aborted.contains(*label))
             .cloned()
             .collect()
+    }
+
+    /// The journals of several processes as one.
+    pub fn merge(&mut self, other: TxnJournal) {
+        self.begun.extend(other.begun);
+        self.committing.extend(other.committing);
+        self.committed.extend(other.committed);
+        self.aborted.extend(other.aborted);
+        self.offsets.extend(other.offsets);
+        self.fetched.extend(other.fetched);
+        self.fetched.sort_by_key(|f| f.at);
+    }
+
+    /// The fate of `label`, a transaction in doubt, told by the broker:
+    /// the first owner of each of its partitions to read the group's
+    /// committed offsets after it asked to commit resumed at or past its
+    /// offsets (committed) or before them (not committed). Every
+    /// transaction moves at least one offset (an input it consumed, or a
+    /// changelog it wrote), so had it not committed, one of its partitions
+    /// would show the older offset.
+    pub fn fate(&self, label: &str) -> Fate {
+        let Some(asked) = self.offsets.get(label) else {
+            return Fate::Unknown;
+        };
+        let mut all_seen = true;
+        for (partition, &offset) in &asked.offsets {
+            let next = self
+                .fetched
+                .iter()
+                .filter(|f| f.at >= asked.at)
+                .find_map(|f| f.offsets.get(partition));
+            match next {
+                Some(&resumed) if resumed < offset => return Fate::NotCommitted,
+                Some(_) => {}
+                None => all_seen = false,
+            }
+        }
+        if all_seen && !asked.offsets.is_empty() {
+            Fate::Committed
+        } else {
+            Fate::Unknown
+        }
     }
 
     /// Began, and neither committed nor aborted.

@@ -1,11 +1,12 @@
 //! An in-process schema registry that speaks the documented Confluent REST
-//! API, for tests and for running Avro topologies offline.
+//! API, for the integration tests (`streamfold test` needs none: offline,
+//! schemas come from the topology's files, `Codecs::offline`).
 //!
 //! No Confluent-compatible registry can be installed on our machines
 //! (DESIGN §9), so tests start this one on a free local port:
 //!
-//! ```no_run
-//! use streamfold::testkit::registry::SchemaRegistry;
+//! ```ignore
+//! use support::registry::SchemaRegistry;
 //!
 //! let registry = SchemaRegistry::start().unwrap();
 //! let id = registry.register("orders-value", r#""string""#).unwrap();
@@ -56,9 +57,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-use crate::formats::{Codecs, FormatError, uses_avro};
-use crate::topology::Topology;
-use crate::topology::model::SchemaRegistryConfig;
+use streamfold::topology::model::SchemaRegistryConfig;
 
 const CONTENT: &str = "application/vnd.schemaregistry.v1+json";
 
@@ -294,26 +293,6 @@ impl Drop for SchemaRegistry {
     }
 }
 
-/// Codecs for running `topology` without its real registry: when it uses
-/// Avro, an in-process registry is started and the codecs point at it (sink
-/// schemas get registered there as they would at startup). Keep the
-/// returned registry alive as long as the codecs.
-pub fn offline_codecs(
-    topology: &Topology,
-) -> Result<(Option<SchemaRegistry>, Codecs), FormatError> {
-    if !uses_avro(topology) {
-        return Ok((None, Codecs::new(topology)?));
-    }
-    let registry = SchemaRegistry::start().map_err(|e| FormatError::Setup {
-        what: "schema_registry".into(),
-        message: format!("cannot start the in-process schema registry: {e}"),
-    })?;
-    let mut offline = topology.clone();
-    offline.schema_registry = Some(registry.config());
-    let codecs = Codecs::new(&offline)?;
-    Ok((Some(registry), codecs))
-}
-
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     // Handlers do not panic while holding the lock; should one, the state
     // is still whole (each change is a single push or assignment).
@@ -374,7 +353,7 @@ fn respond(answer: Answer) -> Response<Full<Bytes>> {
 }
 
 /// `%2F` → `/`, the way subjects with slashes travel in paths.
-fn percent_decode(segment: &str) -> String {
+pub fn percent_decode(segment: &str) -> String {
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -663,177 +642,27 @@ fn set_level(state: &mut State, body: &[u8]) -> Answer {
     Answer::ok(&json!({"compatibility": state.level.name()}))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The registry's answers without its server, for its own tests
+/// (`tests/schema_registry.rs`).
+pub struct Routes(State);
 
-    fn state() -> State {
-        State {
+impl Routes {
+    pub fn new() -> Routes {
+        Routes(State {
             schemas: Vec::new(),
             subjects: BTreeMap::new(),
             level: Level::Backward,
             authorization: None,
             fail_next: 0,
             requests: 0,
-        }
+        })
     }
 
-    fn call(state: &mut State, method: Method, path: &str, body: Value) -> (u16, Value) {
-        let answer = route(state, &method, path, body.to_string().as_bytes());
+    /// Answers `method path` with JSON `body`: the status and the answer
+    /// as JSON (or as a string when it is schema text).
+    pub fn call(&mut self, method: Method, path: &str, body: Value) -> (u16, Value) {
+        let answer = route(&mut self.0, &method, path, body.to_string().as_bytes());
         let body = serde_json::from_str(&answer.body).unwrap_or(Value::String(answer.body));
         (answer.status.as_u16(), body)
-    }
-
-    const V1: &str =
-        r#"{"type": "record", "name": "E", "fields": [{"name": "id", "type": "string"}]}"#;
-    const V2: &str = r#"{"type": "record", "name": "E", "fields": [{"name": "id", "type": "string"}, {"name": "n", "type": "long", "default": 0}]}"#;
-    const BREAKING: &str =
-        r#"{"type": "record", "name": "E", "fields": [{"name": "n", "type": "long"}]}"#;
-
-    #[test]
-    fn registering_versions_and_reading_them_back() {
-        let mut s = state();
-        let (status, body) = call(
-            &mut s,
-            Method::POST,
-            "/subjects/orders-value/versions",
-            json!({"schema": V1}),
-        );
-        assert_eq!((status, body), (200, json!({"id": 1})));
-        // Same schema, other spacing: same id, no new version.
-        let spaced = V1.replace(", ", ",   ");
-        let (_, body) = call(
-            &mut s,
-            Method::POST,
-            "/subjects/orders-value/versions",
-            json!({"schema": spaced}),
-        );
-        assert_eq!(body, json!({"id": 1}));
-        let (_, body) = call(
-            &mut s,
-            Method::POST,
-            "/subjects/orders-value/versions",
-            json!({"schema": V2}),
-        );
-        assert_eq!(body, json!({"id": 2}));
-        // The same schema under another subject keeps its id.
-        let (_, body) = call(
-            &mut s,
-            Method::POST,
-            "/subjects/other%2Dvalue/versions",
-            json!({"schema": V1}),
-        );
-        assert_eq!(body, json!({"id": 1}));
-
-        let (status, latest) = call(
-            &mut s,
-            Method::GET,
-            "/subjects/orders-value/versions/latest",
-            json!(null),
-        );
-        assert_eq!(status, 200);
-        assert_eq!(
-            latest,
-            json!({"subject": "orders-value", "version": 2, "id": 2, "schema": V2})
-        );
-        let (_, first) = call(
-            &mut s,
-            Method::GET,
-            "/subjects/orders-value/versions/1",
-            json!(null),
-        );
-        assert_eq!(first["id"], 1);
-        let (_, by_id) = call(&mut s, Method::GET, "/schemas/ids/2", json!(null));
-        assert_eq!(by_id, json!({"schema": V2}));
-        let (_, versions) = call(
-            &mut s,
-            Method::GET,
-            "/subjects/orders-value/versions",
-            json!(null),
-        );
-        assert_eq!(versions, json!([1, 2]));
-        let (_, subjects) = call(&mut s, Method::GET, "/subjects", json!(null));
-        assert_eq!(subjects, json!(["orders-value", "other-value"]));
-        let (_, places) = call(&mut s, Method::GET, "/schemas/ids/1/versions", json!(null));
-        assert_eq!(
-            places,
-            json!([{"subject": "orders-value", "version": 1}, {"subject": "other-value", "version": 1}])
-        );
-        let (_, found) = call(
-            &mut s,
-            Method::POST,
-            "/subjects/orders-value",
-            json!({"schema": V2}),
-        );
-        assert_eq!(found["version"], 2);
-    }
-
-    #[test]
-    fn unknown_ids_subjects_and_versions_use_confluent_error_codes() {
-        let mut s = state();
-        let (status, body) = call(&mut s, Method::GET, "/schemas/ids/7", json!(null));
-        assert_eq!((status, body["error_code"].clone()), (404, json!(40403)));
-        let (status, body) = call(
-            &mut s,
-            Method::GET,
-            "/subjects/nope/versions/latest",
-            json!(null),
-        );
-        assert_eq!((status, body["error_code"].clone()), (404, json!(40401)));
-        call(
-            &mut s,
-            Method::POST,
-            "/subjects/a/versions",
-            json!({"schema": V1}),
-        );
-        let (status, body) = call(&mut s, Method::GET, "/subjects/a/versions/9", json!(null));
-        assert_eq!((status, body["error_code"].clone()), (404, json!(40402)));
-        let (status, body) = call(
-            &mut s,
-            Method::POST,
-            "/subjects/a/versions",
-            json!({"schema": "{\"type\": \"nope\"}"}),
-        );
-        assert_eq!((status, body["error_code"].clone()), (422, json!(42201)));
-        let (status, _) = call(&mut s, Method::DELETE, "/subjects/a", json!(null));
-        assert_eq!(status, 405);
-    }
-
-    #[test]
-    fn backward_incompatible_versions_are_refused_unless_compatibility_is_none() {
-        let mut s = state();
-        call(
-            &mut s,
-            Method::POST,
-            "/subjects/a/versions",
-            json!({"schema": V1}),
-        );
-        let (status, body) = call(
-            &mut s,
-            Method::POST,
-            "/subjects/a/versions",
-            json!({"schema": BREAKING}),
-        );
-        assert_eq!((status, body["error_code"].clone()), (409, json!(409)));
-        let (_, body) = call(
-            &mut s,
-            Method::PUT,
-            "/config",
-            json!({"compatibility": "NONE"}),
-        );
-        assert_eq!(body, json!({"compatibility": "NONE"}));
-        let (status, _) = call(
-            &mut s,
-            Method::POST,
-            "/subjects/a/versions",
-            json!({"schema": BREAKING}),
-        );
-        assert_eq!(status, 200);
-    }
-
-    #[test]
-    fn percent_escapes_decode_in_paths() {
-        assert_eq!(percent_decode("team%2Forders-value"), "team/orders-value");
-        assert_eq!(percent_decode("100%"), "100%");
     }
 }
