@@ -13,8 +13,8 @@ use serde_json::json;
 use streamfold::formats::CodecError;
 use streamfold::formats::json as json_format;
 use streamfold::record::{Origin, Record};
-use streamfold::runtime::task::{Routing, Task};
 use streamfold::state::memory::MemoryBackend;
+use streamfold::task::{Routing, Task};
 use streamfold::testkit::article::METRICS;
 use streamfold::topology::{self, Topology};
 

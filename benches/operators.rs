@@ -12,9 +12,9 @@ use std::sync::Arc;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use streamfold::record::{Origin, Record};
-use streamfold::runtime::task::{Routing, Task};
 use streamfold::state::memory::MemoryBackend;
 use streamfold::state::timers::Clock;
+use streamfold::task::{Routing, Task};
 use streamfold::topology::{self, Topology};
 
 const RECORDS: usize = 100_000;

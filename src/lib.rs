@@ -1,9 +1,10 @@
 //! streamfold: a Kafka Streams-style stateful stream processor.
 //!
 //! A topology file ([`topology`]) describes sources, operators
-//! ([`operators`]) and sinks; tasks ([`runtime::task`]) run it per
-//! partition over typed state ([`state`]); the offline driver
-//! ([`testkit`]) runs it against fixture records with a virtual clock.
+//! ([`operators`]) and sinks; tasks ([`task`]) run it per partition over
+//! typed state ([`state`]). The Kafka runtime ([`runtime`]) and the offline
+//! driver ([`testkit`], fixture records and a virtual clock) both drive
+//! tasks and read and write records through the same codecs ([`formats`]).
 //! Topology files and operator options share one configuration language
 //! ([`config`]).
 
@@ -14,6 +15,7 @@ pub mod record;
 pub mod runtime;
 pub mod secrets;
 pub mod state;
+pub mod task;
 pub mod telemetry;
 pub mod testkit;
 pub mod topology;

@@ -79,8 +79,8 @@ use super::changelog::{
     BASE_HEADER, CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, EVENT_TIME_HEADER,
     POSITION_HEADER, Positions, TXN_HEADER,
 };
-use super::limits::{Limits, TooLarge, record_size};
-use super::task::{DeadLetter, Task, dlq_headers};
+use crate::task::limits::{Limits, TooLarge, record_size};
+use crate::task::{DeadLetter, Task, dlq_headers};
 use crate::topology::Topology;
 
 /// How long a transactional call may take before we give up on it.
@@ -401,7 +401,7 @@ pub struct Transactions {
     began: Option<Instant>,
     timeout: Duration,
     tracked: Vec<String>,
-    /// What the producer and each topic accept ([`super::limits`]).
+    /// What the producer and each topic accept ([`crate::task::limits`]).
     limits: Limits,
     pub committed: u64,
     pub aborted: u64,
@@ -1026,7 +1026,7 @@ impl CommitCycle {
         );
         metrics::counter!(crate::telemetry::RECORDS_TOO_LARGE, "topology" => self.app.clone(), "store" => store.clone())
             .increment(1);
-        let mut letter = super::task::dead_letter(
+        let mut letter = crate::task::dead_letter(
             None,
             store,
             crate::telemetry::DeadLetterReason::TooLarge,
@@ -1325,7 +1325,7 @@ mod tests {
         txn.abort().unwrap();
 
         let too_large = txn.check_size(&record()).unwrap_err();
-        assert_eq!(too_large.source, super::super::limits::LimitSource::Refused);
+        assert_eq!(too_large.source, crate::task::limits::LimitSource::Refused);
         assert!(too_large.limit < too_large.size);
         let smaller = vec![b'x'; 4_000];
         assert!(

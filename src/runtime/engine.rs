@@ -35,13 +35,13 @@ use super::commit::{
     CommitCycle, CommitError, CycleTask, FaultPoint, Produce, TaskCursor, Transactions,
 };
 use super::config::{self, RunOptions};
-use super::partitioner::partition_for;
 use super::restore::Restorer;
-use super::task::{DeadLetterAt, Output, Routing, Task, Upstream};
 use super::{RuntimeError, admin, query};
 use crate::formats::{CodecError, Codecs, Wire, json};
 use crate::record::{Origin, Record};
 use crate::state::rocks::RocksBackend;
+use crate::task::partitioner::partition_for;
+use crate::task::{DeadLetterAt, Output, Routing, Task, Upstream};
 use crate::telemetry::{self, DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::Topology;
 use crate::topology::model::{Guarantee, OffsetReset};
@@ -969,7 +969,7 @@ impl Engine {
                                 slot.task.count_dead_letter(DeadLetterAt::Sink(sink), code);
                             }
                             let letter =
-                                super::task::sink_dead_letter(origin, name, code, &reason, &record);
+                                crate::task::sink_dead_letter(origin, name, code, &reason, &record);
                             self.send_dead_letter(&letter)?;
                             continue;
                         }
@@ -1037,7 +1037,7 @@ impl Engine {
         Ok(())
     }
 
-    fn send_dead_letter(&mut self, letter: &super::task::DeadLetter) -> Result<(), RuntimeError> {
+    fn send_dead_letter(&mut self, letter: &crate::task::DeadLetter) -> Result<(), RuntimeError> {
         self.cycle
             .txn
             .send_dead_letter(&self.topology.dead_letter_topic, letter)
@@ -1063,7 +1063,7 @@ impl Engine {
         if let Some(slot) = self.tasks.get_mut(&at.0) {
             slot.task.count_dead_letter(at.1, code);
         }
-        let letter = super::task::sink_dead_letter(origin, name, code, reason, record);
+        let letter = crate::task::sink_dead_letter(origin, name, code, reason, record);
         self.send_dead_letter(&letter)
     }
 

@@ -1,7 +1,7 @@
 //! Running topologies against Kafka: the consumer group, tasks per
-//! partition, transactions, restore, punctuation and shutdown.
+//! partition ([`crate::task`]), transactions, restore, punctuation and
+//! shutdown. Only this module talks to Kafka.
 //!
-//! - [`task`]: the topology over one partition number (also used offline);
 //! - [`engine`]: the processing loop and rebalance handling;
 //! - [`commit`]: the commit protocol, the only user of transactions;
 //! - [`restore`]: replaying changelogs into a task's store;
@@ -9,7 +9,7 @@
 //! - [`admin`]: startup checks and topic creation;
 //! - [`changelog`]: the writer chain, the position rule, and what is stored
 //!   with state;
-//! - [`limits`]: record sizes against what the producer and topics accept.
+//! - [`replay`]: `streamfold dlq replay`; [`query`]: interactive queries.
 
 pub mod admin;
 pub mod changelog;
@@ -17,12 +17,9 @@ pub mod commit;
 pub mod config;
 pub mod connect;
 pub mod engine;
-pub mod limits;
-pub mod partitioner;
 pub mod query;
 pub mod replay;
 pub mod restore;
-pub mod task;
 
 use rdkafka::error::KafkaError;
 
@@ -64,7 +61,10 @@ pub enum RuntimeError {
     State(#[from] StateError),
     /// A task stopped on an internal error.
     #[error("task {task}: {source}")]
-    Task { task: i32, source: task::TaskError },
+    Task {
+        task: i32,
+        source: crate::task::TaskError,
+    },
     #[error("commit: {0}")]
     Commit(commit::CommitError),
     /// Another process started with this instance's id and took over.

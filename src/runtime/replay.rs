@@ -29,8 +29,8 @@ use serde_json::Value;
 use super::RuntimeError;
 use super::commit::{CommitError, Produce, Transactions};
 use super::config::{RunOptions, admin_config};
-use super::task::dlq_headers;
 use crate::operators::expr::{Bindings, Program};
+use crate::task::dlq_headers;
 use crate::topology::Topology;
 
 /// Header on replayed records: `<dead-letter topic>/<partition>/<offset>`.
@@ -216,7 +216,7 @@ pub fn replay(
         };
         if headers
             .iter()
-            .any(|(k, _)| k == super::limits::TRUNCATED_HEADER)
+            .any(|(k, _)| k == crate::task::limits::TRUNCATED_HEADER)
         {
             report.truncated += 1;
             continue;

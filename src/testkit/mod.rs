@@ -42,10 +42,10 @@ use serde_json::{Map, Value};
 
 use crate::formats::{Codecs, Wire, json};
 use crate::record::{Origin, Timestamp};
-use crate::runtime::limits::{Limits, record_size};
-use crate::runtime::task::{DeadLetterAt, Output, Routing, Task, TaskError, sink_dead_letter};
 use crate::state::StateError;
 use crate::state::memory::MemoryBackend;
+use crate::task::limits::{Limits, record_size};
+use crate::task::{DeadLetterAt, Output, Routing, Task, TaskError, sink_dead_letter};
 use crate::telemetry::{DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::Topology;
 use crate::topology::types::HumanDuration;
@@ -775,7 +775,7 @@ fn bless_outputs(
                 .headers
                 .iter()
                 .filter(|(k, _)| {
-                    use crate::runtime::task::dlq_headers::*;
+                    use crate::task::dlq_headers::*;
                     [NODE, CLASS, REASON].contains(&k.as_str())
                 })
                 .map(|(k, v)| (k.clone(), Value::String(v.clone())))

@@ -37,7 +37,7 @@ pub struct QueryableStore {
     /// `<node>-<store>`: the URL's store name and the column family.
     pub name: String,
     pub node: usize,
-    /// With `key_by`, the runtime routes keys with [`super::partitioner`]
+    /// With `key_by`, the runtime routes keys with [`crate::task::partitioner`]
     /// through a repartition topic, so a key's task is known; otherwise a
     /// key lives on whichever partition its producer chose, and lookups
     /// ask every task.

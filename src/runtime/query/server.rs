@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use super::endpoints::Directory;
 use super::{Local, MAX_SCAN_LIMIT, QueryState, QueryableStore, ReadError, queryable_stores};
 use crate::runtime::RuntimeError;
-use crate::runtime::partitioner::partition_for;
+use crate::task::partitioner::partition_for;
 use crate::topology::Topology;
 
 /// Marks a request one instance forwarded to another.

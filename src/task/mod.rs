@@ -6,6 +6,13 @@
 //! [`Output`]s (sink records, records to repartition, dead letters). The
 //! Kafka runtime and the offline test driver both drive tasks, so an
 //! operator behaves the same in `streamfold test` and in production.
+//!
+//! Below it sit the partitioner ([`partitioner`], Kafka's murmur2, for
+//! `key_by` and queries) and record size limits with the dead-letter cut
+//! ([`limits`]), which both drivers apply.
+
+pub mod limits;
+pub mod partitioner;
 
 use std::sync::Arc;
 
@@ -13,11 +20,11 @@ use serde_json::Value;
 
 use serde::{Deserialize, Serialize};
 
+use self::partitioner::partition_for;
 use crate::formats::CodecError;
 use crate::formats::json::parse_timestamp;
 use crate::operators::{Clocks, Context, Emit, OpError, Operator};
 use crate::record::{Origin, Record, Timestamp};
-use crate::runtime::partitioner::partition_for;
 use crate::state::timers::{Clock, TimerState};
 use crate::state::{JsonState, StateBackend, StateError, StateSet, StoreHandle};
 use crate::telemetry::{DeadLetterReason, NodeCounter, NodeStats};
@@ -36,8 +43,8 @@ pub mod dlq_headers {
     pub const REASON: &str = "streamfold.dlq.reason";
     pub const ATTEMPTS: &str = "streamfold.dlq.attempts";
     /// The payload was cut to fit the dead-letter topic; its original
-    /// length ([`crate::runtime::limits::TRUNCATED_HEADER`]).
-    pub const TRUNCATED: &str = crate::runtime::limits::TRUNCATED_HEADER;
+    /// length ([`super::limits::TRUNCATED_HEADER`]).
+    pub const TRUNCATED: &str = super::limits::TRUNCATED_HEADER;
     /// All of them, to strip before a replay.
     pub const ALL: &[&str] = &[
         TOPIC,

@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 
-use super::task::dlq_headers;
+use super::dlq_headers;
 use crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES;
 
 /// Reason prefix of every dead letter written because a record did not
