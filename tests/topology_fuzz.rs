@@ -17,8 +17,9 @@
 //! `topology_fuzz.proptest-regressions`.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
@@ -1507,6 +1508,33 @@ fn exercise(case: &Case, tally: &Tally) {
     let _ = driver.stats();
 }
 
+/// A case that runs for minutes is a hang (a case takes milliseconds):
+/// print it, so it can be replayed, and end the process rather than CI's
+/// time limit.
+struct Watchdog(Arc<Mutex<(Instant, String)>>);
+
+impl Watchdog {
+    fn start(limit: Duration) -> Watchdog {
+        let current = Arc::new(Mutex::new((Instant::now(), String::new())));
+        let watched = Arc::clone(&current);
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let (since, case) = &*watched.lock().unwrap_or_else(|p| p.into_inner());
+                if since.elapsed() > limit {
+                    eprintln!("a case has run for {limit:?}; it hangs:\n{case}");
+                    std::process::abort();
+                }
+            }
+        });
+        Watchdog(current)
+    }
+
+    fn now_running(&self, case: &Case) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = (Instant::now(), format!("{case:?}"));
+    }
+}
+
 #[test]
 fn no_generated_topology_makes_check_compile_describe_or_a_task_panic() {
     let cases = std::env::var("PROPTEST_CASES")
@@ -1522,7 +1550,9 @@ fn no_generated_topology_makes_check_compile_describe_or_a_task_panic() {
         ..Config::with_cases(cases)
     });
     let tally = Tally::default();
+    let watchdog = Watchdog::start(Duration::from_secs(120));
     let result = runner.run(&case(), |case| {
+        watchdog.now_running(&case);
         exercise(&case, &tally);
         Ok(())
     });
