@@ -33,6 +33,13 @@ impl HumanDuration {
         i64::try_from(self.0.as_millis()).unwrap_or(i64::MAX)
     }
 
+    /// Shorter than the clocks' millisecond, so zero to them: a setting
+    /// that must be longer than zero must be at least `1ms` (`coalesce:
+    /// 1ns` re-armed a rollup at `now + 0`, for ever).
+    pub fn under_a_millisecond(self) -> bool {
+        self.as_millis() == 0
+    }
+
     pub fn parse(text: &str) -> Result<HumanDuration, String> {
         let duration = humantime::parse_duration(text)
             .map(HumanDuration)

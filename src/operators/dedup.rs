@@ -120,10 +120,10 @@ impl OperatorSpec for DedupConfig {
             }
             _ => {}
         }
-        if self.retention.0.is_zero() {
+        if self.retention.under_a_millisecond() {
             issues.push(Issue::new(
                 &["retention"],
-                "must be longer than zero, or no duplicate would ever be caught",
+                "must be at least 1ms, or no duplicate would ever be caught",
             ));
         }
     }
@@ -430,7 +430,7 @@ mod tests {
             messages,
             vec![
                 "set either `id_field` or `id_header`, not both: a record has one id",
-                "must be longer than zero, or no duplicate would ever be caught"
+                "must be at least 1ms, or no duplicate would ever be caught"
             ]
         );
     }

@@ -246,8 +246,8 @@ impl OperatorSpec for FoldConfig {
             ));
         }
         for (field, value) in [("quiet_for", self.quiet_for), ("max_wait", self.max_wait)] {
-            if value.is_some_and(|d| d.0.is_zero()) {
-                issues.push(Issue::new(&[field], "must be longer than zero"));
+            if value.is_some_and(HumanDuration::under_a_millisecond) {
+                issues.push(Issue::new(&[field], "must be at least 1ms"));
             }
         }
         if let (Some(quiet), Some(wait)) = (self.quiet_for, self.max_wait)

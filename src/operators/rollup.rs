@@ -190,10 +190,10 @@ impl OperatorSpec for RollupConfig {
                 "must point to a field of the event, such as `/token`",
             ));
         }
-        if self.coalesce.0.is_zero() {
+        if self.coalesce.under_a_millisecond() {
             issues.push(Issue::new(
                 &["coalesce"],
-                "must be longer than zero, or every event would roll its counter up on its own",
+                "must be at least 1ms, or every event would roll its counter up on its own",
             ));
         }
         if let Some(reset) = &self.reset_when

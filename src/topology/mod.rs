@@ -747,6 +747,41 @@ sinks:
         );
     }
 
+    /// Found by `tests/topology_fuzz.rs`: `coalesce: 1ns` passed the "longer
+    /// than zero" check, but timers count milliseconds, so a rollup
+    /// re-armed its counter at `now + 0` and fired it for ever. Every
+    /// duration that must be longer than zero must be at least 1 ms.
+    #[test]
+    fn durations_under_a_millisecond_are_refused_where_zero_is() {
+        let fold = MINIMAL.replace("quiet_for: 5s", "quiet_for: 1ns");
+        let processing = MINIMAL.replace(
+            "nodes:",
+            "processing:\n  punctuation_interval: 999us\nnodes:",
+        );
+        let dedup = MINIMAL.replace(
+            "sinks:",
+            "  dedup_events:\n    type: dedup\n    input: events\n    key_by: /account_id\n    id_field: /id\n    retention: 500us\nsinks:",
+        );
+        let rollup = MINIMAL.replace(
+            "sinks:",
+            "  rollup_counts:\n    type: rollup\n    input: events\n    key_by: /counter\n    token: /token\n    coalesce: 1ns\n    accept_limit: 1h\nsinks:",
+        );
+        for (text, field) in [
+            (fold, "quiet_for"),
+            (processing, "punctuation_interval"),
+            (dedup, "retention"),
+            (rollup, "coalesce"),
+        ] {
+            let errors = load(&text).expect_err(field);
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.contains(field) && e.contains("at least 1ms")),
+                "{field}: {errors:?}"
+            );
+        }
+    }
+
     #[test]
     fn absurd_retry_settings_are_errors_not_panics() {
         for retry in [

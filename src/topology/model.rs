@@ -244,8 +244,8 @@ impl ProcessingConfig {
             ("transaction_timeout", self.transaction_timeout),
         ]
         .into_iter()
-        .filter(|(_, value)| value.0.is_zero())
-        .map(|(field, _)| (field, "must be longer than zero".to_string()))
+        .filter(|(_, value)| value.under_a_millisecond())
+        .map(|(field, _)| (field, "must be at least 1ms".to_string()))
         .collect()
     }
 
