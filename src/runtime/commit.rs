@@ -660,9 +660,8 @@ impl Transactions {
 
     /// Journals the group's committed offsets as a new task read them.
     pub fn journal_fetched(&mut self, offsets: &TopicPartitionList) {
-        let run = self.run_id.clone();
         if let Some(journal) = &mut self.journal {
-            journal.offsets("fetched", &run, offsets);
+            journal.offsets("fetched", &self.run_id, offsets);
         }
     }
 
@@ -844,9 +843,11 @@ impl Transactions {
         self.fault(FaultPoint::Commit)?;
         // From here until `committed` the outcome is in doubt: a process
         // killed meanwhile may or may not have committed.
-        let label = self.txn_label();
-        if let Some(journal) = &mut self.journal {
-            journal.offsets("offsets", &label, offsets);
+        if self.journal.is_some() {
+            let label = self.txn_label();
+            if let Some(journal) = &mut self.journal {
+                journal.offsets("offsets", &label, offsets);
+            }
         }
         self.journal("committing");
         let mut attempts = 0;
