@@ -234,8 +234,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             };
             secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             if let Some(addr) = metrics_addr {
-                streamfold::telemetry::metrics::install(addr).map_err(anyhow::Error::msg)?;
-                streamfold::telemetry::metrics::register_topology(&t);
+                streamfold::runtime::metrics::install(addr).map_err(anyhow::Error::msg)?;
+                streamfold::runtime::metrics::register_topology(&t);
             }
             let shutdown = Arc::new(AtomicBool::new(false));
             watch_signals(Arc::clone(&shutdown))?;

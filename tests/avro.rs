@@ -12,6 +12,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use streamfold::formats::avro::{self, AvroSchema, read_schema_file};
 use streamfold::formats::{Codecs, FormatError, json as json_format};
+use streamfold::record::ErrorClass;
 use streamfold::testkit::Driver;
 use streamfold::topology::types::HumanDuration;
 use streamfold::topology::{Topology, load_str};
@@ -257,7 +258,7 @@ fn a_registry_failing_briefly_is_retried_and_one_failing_on_is_reported() {
         "{reason}"
     );
     // The outside world's fault: dead-lettered as `external`, attempts told.
-    assert_eq!((error.class(), error.attempts), ("external", 4));
+    assert_eq!((error.class, error.attempts), (ErrorClass::External, 4));
     // processing.retry defaults: waits of 100, 200, 400 ms, each ±20%.
     assert!(started.elapsed().as_millis() >= 560, "backoff waits");
     // Not cached as missing: once the registry is back, the record decodes.

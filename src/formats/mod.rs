@@ -18,9 +18,9 @@
 //! ([`Codecs::offline`], `streamfold test`) the schemas are the topology's
 //! own files, numbered in memory ([`registry::SchemaSource::Local`]).
 
-pub mod avro;
-pub mod json;
 pub mod registry;
+
+pub use crate::record::{avro, json};
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,7 +32,7 @@ use self::avro::AvroSchema;
 use self::registry::{
     Backoff, LocalSchemas, RECORD_RETRY, RegistryClient, SETUP_RETRY, SchemaSource, subject,
 };
-use crate::record::{Record, Timestamp};
+use crate::record::{ErrorClass, Record, Timestamp};
 use crate::telemetry::DeadLetterReason;
 use crate::topology::Topology;
 use crate::topology::model::{Format, KeyFormat};
@@ -44,7 +44,8 @@ use crate::topology::model::{Format, KeyFormat};
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}")]
 pub struct CodecError {
-    pub external: bool,
+    /// [`ErrorClass::Record`] or [`ErrorClass::External`].
+    pub class: ErrorClass,
     pub reason: String,
     pub attempts: u32,
     /// What could not be read.
@@ -66,7 +67,7 @@ pub enum Unreadable {
 impl CodecError {
     pub fn record(reason: impl Into<String>) -> CodecError {
         CodecError {
-            external: false,
+            class: ErrorClass::Record,
             reason: reason.into(),
             attempts: 1,
             what: Unreadable::Value,
@@ -75,7 +76,7 @@ impl CodecError {
 
     pub fn external(reason: impl Into<String>, attempts: u32) -> CodecError {
         CodecError {
-            external: true,
+            class: ErrorClass::External,
             reason: reason.into(),
             attempts,
             what: Unreadable::Value,
@@ -90,18 +91,13 @@ impl CodecError {
         }
     }
 
-    /// The dead-letter class: `record` or `external`.
-    pub fn class(&self) -> &'static str {
-        self.dead_letter_reason().class()
-    }
-
     /// The reason code its dead letter carries.
     pub fn dead_letter_reason(&self) -> DeadLetterReason {
-        match (self.external, self.what) {
-            (true, _) => DeadLetterReason::ExternalFailure,
-            (false, Unreadable::Value) => DeadLetterReason::UndecodableValue,
-            (false, Unreadable::Key) => DeadLetterReason::UndecodableKey,
-            (false, Unreadable::NoValue) => DeadLetterReason::MissingValue,
+        match (self.class, self.what) {
+            (ErrorClass::External, _) => DeadLetterReason::ExternalFailure,
+            (_, Unreadable::Value) => DeadLetterReason::UndecodableValue,
+            (_, Unreadable::Key) => DeadLetterReason::UndecodableKey,
+            (_, Unreadable::NoValue) => DeadLetterReason::MissingValue,
         }
     }
 }

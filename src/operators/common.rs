@@ -50,7 +50,7 @@ pub fn entity_prefix(part: &[u8]) -> Vec<u8> {
 pub fn id_bytes(value: &Value) -> Vec<u8> {
     match value {
         Value::String(s) => s.as_bytes().to_vec(),
-        other => crate::formats::json::encode(other),
+        other => crate::record::json::encode(other),
     }
 }
 

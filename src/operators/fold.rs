@@ -87,7 +87,7 @@ use serde_json::{Map, Number, Value};
 
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
-use crate::formats::json::{canonical_cmp, rfc3339_millis};
+use crate::record::json::{canonical_cmp, rfc3339_millis};
 use crate::record::{Record, Timestamp, key_text};
 use crate::state::timers::{Clock, Timer};
 use crate::state::{JsonState, StateError, StateSet, StoreHandle};
@@ -716,7 +716,7 @@ fn check(rule: MergeRule, pointer: &JsonPointer, value: &Value) -> Result<(), St
     Err(format!(
         "field {pointer} must be {wanted} for rule `{}`, found {}",
         rule.name(),
-        crate::formats::json::type_name(value)
+        crate::record::json::type_name(value)
     ))
 }
 
@@ -1159,7 +1159,7 @@ mod tests {
                 origin: None,
             };
             fold.close(key, open, ClosedBy::MaxEvents, i64::MAX, &mut ctx);
-            let emitted = crate::formats::json::encode(&ctx_out[0].record.value).len() as u64;
+            let emitted = crate::record::json::encode(&ctx_out[0].record.value).len() as u64;
             assert!(emitted <= estimate, "emitted {emitted} > {estimate}");
         }
     }
@@ -1194,7 +1194,7 @@ mod tests {
         assert!(folds.len() > 2, "{} folds", folds.len());
         let mut seen = Vec::new();
         for (i, fold) in folds.iter().enumerate() {
-            let size = crate::formats::json::encode(fold).len();
+            let size = crate::record::json::encode(fold).len();
             assert!(size <= 4096, "fold {i}: {size} bytes");
             let last = i + 1 == folds.len();
             assert_eq!(

@@ -25,34 +25,30 @@ mod testing;
 
 pub use registry::{Issue, NodeInfo, NodeKind, OperatorSpec};
 
-use crate::record::{Origin, Record, Timestamp};
+use crate::record::{ErrorClass, Origin, Record, Timestamp};
 use crate::state::timers::{Clock, Timer, TimerState};
 use crate::state::{StateError, StateSet, StateValue, StoreHandle, StoreView};
 use crate::telemetry::{NodeCounter, NodeGauge, NodeStats};
 
 /// Why an operator could not process a record, and so what happens next.
+/// Operators reach nothing outside their task (no lookups, no registry),
+/// so an operator's failure is never [`ErrorClass::External`].
 #[derive(Debug, thiserror::Error)]
 pub enum OpError {
     /// The record is at fault (missing field, wrong type): it goes to the
     /// dead-letter topic and processing continues.
     #[error("{0}")]
     Record(String),
-    /// The outside world failed (a lookup, a registry): retried with
-    /// backoff, then dead-lettered.
-    #[error("{0}")]
-    External(String),
     /// Our bug or unusable state: the task stops.
     #[error("{0}")]
     Internal(String),
 }
 
 impl OpError {
-    /// The class name written in dead-letter headers.
-    pub fn class(&self) -> &'static str {
+    pub fn class(&self) -> ErrorClass {
         match self {
-            OpError::Record(_) => "record",
-            OpError::External(_) => "external",
-            OpError::Internal(_) => "internal",
+            OpError::Record(_) => ErrorClass::Record,
+            OpError::Internal(_) => ErrorClass::Internal,
         }
     }
 }

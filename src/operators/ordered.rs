@@ -60,7 +60,7 @@ use serde_json::{Map, Value};
 use super::common::{OnReject, describe, legal_name, read_order};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::config::types::JsonPointer;
-use crate::formats::json::canonical_cmp;
+use crate::record::json::canonical_cmp;
 use crate::record::{Record, key_text};
 use crate::state::{JsonState, StateError, StateSet, StoreHandle};
 use crate::telemetry::NodeCounter;
@@ -312,7 +312,7 @@ impl Operator for Ordered {
             let Value::Object(update) = &record.value else {
                 return Err(OpError::Record(format!(
                     "per-field ordering needs updates that are objects, found {}",
-                    crate::formats::json::type_name(&record.value)
+                    crate::record::json::type_name(&record.value)
                 )));
             };
             let mut state = current.clone().unwrap_or_else(|| Latest {
@@ -353,7 +353,7 @@ impl Operator for Ordered {
                 other => {
                     return Err(OpError::Record(format!(
                         "cannot stamp the Lamport clock into field `{field}` of {}: updates must be objects",
-                        crate::formats::json::type_name(other)
+                        crate::record::json::type_name(other)
                     )));
                 }
             },

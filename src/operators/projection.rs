@@ -93,7 +93,7 @@ use super::common::{
 use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::config::types::JsonPointer;
-use crate::formats::json::type_name;
+use crate::record::json::type_name;
 use crate::record::{Record, Timestamp, key_text};
 use crate::state::{JsonState, StateError, StateSet, StoreHandle, prefix_end};
 use crate::telemetry::NodeCounter;

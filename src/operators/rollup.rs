@@ -97,7 +97,7 @@ use super::common::{
 use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
-use crate::formats::json::{rfc3339_millis, type_name};
+use crate::record::json::{rfc3339_millis, type_name};
 use crate::record::{Record, Timestamp, key_text};
 use crate::state::timers::{Clock, Timer};
 use crate::state::{JsonState, StateError, StateSet, StoreHandle, prefix_end};

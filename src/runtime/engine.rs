@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Statistics};
@@ -36,21 +36,15 @@ use super::commit::{
 };
 use super::config::{self, RunOptions};
 use super::restore::Restorer;
-use super::{RuntimeError, admin, query};
-use crate::formats::{CodecError, Codecs, Wire, json};
+use super::{RuntimeError, admin, query, wire};
+use crate::formats::{Codecs, Wire};
 use crate::record::{Origin, Record};
 use crate::state::rocks::RocksBackend;
 use crate::task::partitioner::partition_for;
-use crate::task::{DeadLetterAt, Output, Routing, Task, Upstream};
+use crate::task::{DeadLetterAt, Output, Routing, Task};
 use crate::telemetry::{self, DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::Topology;
 use crate::topology::model::{Guarantee, OffsetReset};
-
-/// Header naming which input of a node a repartition record is for.
-const INPUT_HEADER: &str = "streamfold.input";
-/// Header naming where a repartition record came from:
-/// `<topic>/<partition>/<offset>/<seq>`.
-const SOURCE_HEADER: &str = "streamfold.src";
 
 /// Messages handled between housekeeping rounds.
 const HOUSEKEEPING_EVERY: u32 = 256;
@@ -71,7 +65,7 @@ pub fn run(
 ) -> Result<(), RuntimeError> {
     let topology = config::with_producer_overrides(topology, &options);
     let layout = admin::prepare(&topology, &config::admin_config(&topology, &options))?;
-    telemetry::metrics::register_partitions(&topology, layout.partitions);
+    super::metrics::register_partitions(&topology, layout.partitions);
     tracing::info!(
         topology = %topology.name,
         instance = %options.instance_id,
@@ -80,7 +74,7 @@ pub fn run(
         "Starting."
     );
     let queries = match options.query_addr {
-        Some(addr) => Some(Queries::start(
+        Some(addr) => Some(query::Queries::start(
             &topology,
             &options,
             addr,
@@ -94,66 +88,6 @@ pub fn run(
         queries.stop();
     }
     result
-}
-
-/// The query server and the endpoint advertiser of `--query-addr`.
-struct Queries {
-    state: Arc<query::QueryState>,
-    server: query::server::QueryServer,
-    advertiser: query::endpoints::Advertiser,
-}
-
-impl Queries {
-    fn start(
-        topology: &Arc<Topology>,
-        options: &RunOptions,
-        addr: std::net::SocketAddr,
-        partitions: i32,
-    ) -> Result<Queries, RuntimeError> {
-        let config = config::admin_config(topology, options);
-        query::endpoints::ensure_topic(&config, &topology.name)?;
-        let state = query::QueryState::new();
-        state.set_partitions(partitions);
-        let directory = Arc::new(query::endpoints::Directory::default());
-        let context = query::server::Context::new(
-            Arc::clone(topology),
-            options.instance_id.clone(),
-            Arc::clone(&state),
-            Arc::clone(&directory),
-        );
-        let server = query::server::QueryServer::start(addr, context)?;
-        let advertised = match options
-            .query_advertised_addr
-            .as_ref()
-            .or(topology.queries.advertised_addr.as_ref())
-        {
-            Some(address) => address.clone(),
-            None if server.addr.ip().is_unspecified() => {
-                return Err(RuntimeError::Startup(format!(
-                    "the query address {addr} is a wildcard address other instances cannot reach; set --query-advertised-addr HOST:PORT (or queries.advertised_addr)"
-                )));
-            }
-            None => server.addr.to_string(),
-        };
-        let advertiser = query::endpoints::Advertiser::start(
-            &config,
-            &topology.name,
-            options.instance_id.clone(),
-            advertised,
-            Arc::clone(&state),
-            directory,
-        )?;
-        Ok(Queries {
-            state,
-            server,
-            advertiser,
-        })
-    }
-
-    fn stop(self) {
-        self.advertiser.stop();
-        self.server.stop();
-    }
 }
 
 /// Group memberships until shutdown or a fatal error.
@@ -847,27 +781,9 @@ impl Engine {
             return Ok(());
         }
         self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
-        let headers: Vec<(String, Vec<u8>)> = match message.headers() {
-            Some(h) => h
-                .iter()
-                .map(|h| {
-                    (
-                        h.key.to_string(),
-                        h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                    )
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        let origin = Origin {
-            topic: message.topic(),
-            partition,
-            offset: message.offset(),
-            key: message.key(),
-            payload: message.payload(),
-            headers: &headers,
-        };
-        let timestamp = message.timestamp().to_millis().unwrap_or(self.now);
+        let headers = wire::headers(message);
+        let origin = wire::origin(message, &headers);
+        let timestamp = wire::timestamp(message, self.now);
         slot.task.set_processing_time(self.now);
         let mut outputs = std::mem::take(&mut self.outputs);
         let result = match &self.inputs[input].kind {
@@ -891,44 +807,18 @@ impl Engine {
                 result
             }
             InputKind::Repartition { node } => {
-                let mut node_input = 0;
-                let mut upstream = None;
-                let mut record_headers = Vec::with_capacity(headers.len());
-                for (name, value) in &headers {
-                    match name.as_str() {
-                        INPUT_HEADER => {
-                            node_input = std::str::from_utf8(value)
-                                .ok()
-                                .and_then(|v| v.parse().ok())
-                                .unwrap_or(0);
-                        }
-                        SOURCE_HEADER => upstream = parse_upstream(value),
-                        _ => record_headers.push((name.clone(), value.clone())),
-                    }
-                }
-                match message.payload().map(json::decode) {
-                    Some(Ok(value)) => {
-                        let record = Record {
-                            key: message.key().map(Box::from),
-                            value,
-                            timestamp,
-                            headers: record_headers,
-                        };
-                        slot.task.process_repartitioned(
-                            *node,
-                            node_input,
-                            upstream,
-                            &origin,
-                            record,
-                            &mut outputs,
-                        )
-                    }
-                    // Not written by streamfold, or damaged.
-                    unreadable => {
-                        let reason = match unreadable {
-                            Some(Err(reason)) => reason,
-                            _ => CodecError::no_value().reason,
-                        };
+                let read =
+                    wire::read_repartitioned(message.key(), message.payload(), timestamp, &headers);
+                match read.record {
+                    Ok(record) => slot.task.process_repartitioned(
+                        *node,
+                        read.input,
+                        read.upstream,
+                        &origin,
+                        record,
+                        &mut outputs,
+                    ),
+                    Err(reason) => {
                         slot.task
                             .unreadable_repartitioned(*node, &origin, &reason, &mut outputs);
                         Ok(())
@@ -997,15 +887,8 @@ impl Engine {
                     input,
                     mut record,
                 } => {
-                    let payload = json::encode(&record.value);
-                    record
-                        .headers
-                        .push((INPUT_HEADER.into(), input.to_string().into_bytes()));
-                    if let Some(o) = origin {
-                        let src = format!("{}/{}/{}/{seq}", o.topic, o.partition, o.offset);
-                        record
-                            .headers
-                            .push((SOURCE_HEADER.into(), src.into_bytes()));
+                    let payload = wire::write_repartitioned(&mut record, input, origin, seq);
+                    if origin.is_some() {
                         seq += 1;
                     }
                     let key = record.key.as_deref().unwrap_or_default();
@@ -1300,32 +1183,4 @@ fn publish_task_metrics(topology: &Topology, task: i32, slot: &mut Slot, closing
         .committed_stats()
         .map(|(_, s)| s.clone())
         .collect();
-}
-
-/// Parses `topic/partition/offset/seq`.
-fn parse_upstream(value: &[u8]) -> Option<Upstream> {
-    let text = std::str::from_utf8(value).ok()?;
-    let mut parts = text.rsplitn(3, '/');
-    let seq = parts.next()?.parse().ok()?;
-    let offset = parts.next()?.parse().ok()?;
-    let source = parts.next()?.to_string();
-    Some(Upstream {
-        source,
-        offset,
-        seq,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn upstream_headers_parse_from_the_right() {
-        let parsed = parse_upstream(b"post-metric-updated/3/1042/0").unwrap();
-        assert_eq!(parsed.source, "post-metric-updated/3");
-        assert_eq!(parsed.offset, 1042);
-        assert_eq!(parsed.seq, 0);
-        assert_eq!(parse_upstream(b"garbage"), None);
-    }
 }

@@ -17,9 +17,11 @@ pub mod commit;
 pub mod config;
 pub mod connect;
 pub mod engine;
+pub mod metrics;
 pub mod query;
 pub mod replay;
 pub mod restore;
+pub mod wire;
 
 use rdkafka::error::KafkaError;
 

@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use self::partitioner::partition_for;
 use crate::formats::CodecError;
-use crate::formats::json::parse_timestamp;
 use crate::operators::{Clocks, Context, Emit, OpError, Operator};
+use crate::record::json::parse_timestamp;
 use crate::record::{Origin, Record, Timestamp};
 use crate::state::timers::{Clock, TimerState};
 use crate::state::{JsonState, StateBackend, StateError, StateSet, StoreHandle};
@@ -695,11 +695,8 @@ impl Task {
                     message,
                 });
             }
-            Err(error) => {
-                let code = match error {
-                    OpError::External(_) => DeadLetterReason::ExternalFailure,
-                    _ => DeadLetterReason::Rejected,
-                };
+            Err(error @ OpError::Record(_)) => {
+                let code = DeadLetterReason::Rejected;
                 self.nodes[index].stats.dead_letter(code);
                 out.push(Output::DeadLetter(dead_letter(
                     origin,
@@ -730,7 +727,7 @@ impl Task {
 pub fn key_bytes(value: &Value) -> Box<[u8]> {
     match value {
         Value::String(s) => s.as_bytes().into(),
-        other => crate::formats::json::encode(other).into_boxed_slice(),
+        other => crate::record::json::encode(other).into_boxed_slice(),
     }
 }
 
@@ -758,7 +755,10 @@ pub fn dead_letter(
         ));
     }
     headers.push((dlq_headers::NODE.into(), node.as_bytes().to_vec()));
-    headers.push((dlq_headers::CLASS.into(), code.class().as_bytes().to_vec()));
+    headers.push((
+        dlq_headers::CLASS.into(),
+        code.class().name().as_bytes().to_vec(),
+    ));
     headers.push((
         dlq_headers::REASON_CODE.into(),
         code.code().as_bytes().to_vec(),
@@ -791,7 +791,7 @@ pub fn sink_dead_letter(
 ) -> DeadLetter {
     let mut letter = dead_letter(origin, sink, code, reason, 1);
     letter.key = record.key.as_deref().map(<[u8]>::to_vec);
-    letter.payload = Some(crate::formats::json::encode(&record.value));
+    letter.payload = Some(crate::record::json::encode(&record.value));
     letter
 }
 

@@ -8,11 +8,12 @@
 //! code, so cardinality stays bounded (never a record key as a label).
 //!
 //! Every counter exists from startup, at 0, for every label set it can
-//! carry ([`metrics::register_topology`]): a dashboard tells "nothing
+//! carry (`runtime::metrics::register_topology`): a dashboard tells "nothing
 //! happened" from "not running".
 
 pub mod logging;
-pub mod metrics;
+
+use crate::record::ErrorClass;
 
 /// Records a node received.
 pub const NODE_RECORDS_IN: &str = "streamfold_node_records_in_total";
@@ -186,13 +187,14 @@ slots! {
 }
 
 impl DeadLetterReason {
-    /// The error class written beside it: `external` for
-    /// [`DeadLetterReason::ExternalFailure`], `record` (the record's fault)
-    /// otherwise.
-    pub fn class(self) -> &'static str {
+    /// The error class written beside it: [`ErrorClass::External`] for
+    /// [`DeadLetterReason::ExternalFailure`], [`ErrorClass::Record`] (the
+    /// record's fault) otherwise. Internal errors stop the task and are
+    /// never dead-lettered.
+    pub fn class(self) -> ErrorClass {
         match self {
-            DeadLetterReason::ExternalFailure => "external",
-            _ => "record",
+            DeadLetterReason::ExternalFailure => ErrorClass::External,
+            _ => ErrorClass::Record,
         }
     }
 }

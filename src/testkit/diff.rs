@@ -72,8 +72,8 @@ fn differences(expected: &Expected, actual: &Received) -> Vec<String> {
     {
         out.push(format!(
             "timestamp: expected {}, got {}",
-            crate::formats::json::rfc3339_millis(e),
-            crate::formats::json::rfc3339_millis(a)
+            crate::record::json::rfc3339_millis(e),
+            crate::record::json::rfc3339_millis(a)
         ));
     }
     out

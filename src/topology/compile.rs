@@ -653,7 +653,7 @@ impl Loader {
             );
         }
         for (path, file) in files {
-            if let Err(message) = crate::formats::avro::read_schema_file(file) {
+            if let Err(message) = crate::record::avro::read_schema_file(file) {
                 self.error_at(&path, message);
             }
         }

@@ -25,6 +25,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use rocksdb::{DB, Direction, IteratorMode, ReadOptions};
 use serde_json::Value;
 
+use super::RuntimeError;
+use super::config::RunOptions;
 use crate::state::prefix_end;
 use crate::topology::Topology;
 
@@ -238,6 +240,66 @@ fn running_entry(tasks: &BTreeMap<i32, TaskEntry>, task: i32) -> Result<&TaskEnt
         Some(entry) if entry.running => Ok(entry),
         Some(_) => Err(ReadError::Unavailable(Local::Restoring)),
         None => Err(ReadError::Unavailable(Local::Absent)),
+    }
+}
+
+/// The query server and the endpoint advertiser of `--query-addr`.
+pub struct Queries {
+    pub state: Arc<QueryState>,
+    server: server::QueryServer,
+    advertiser: endpoints::Advertiser,
+}
+
+impl Queries {
+    pub fn start(
+        topology: &Arc<Topology>,
+        options: &RunOptions,
+        addr: std::net::SocketAddr,
+        partitions: i32,
+    ) -> Result<Queries, RuntimeError> {
+        let config = super::config::admin_config(topology, options);
+        endpoints::ensure_topic(&config, &topology.name)?;
+        let state = QueryState::new();
+        state.set_partitions(partitions);
+        let directory = Arc::new(endpoints::Directory::default());
+        let context = server::Context::new(
+            Arc::clone(topology),
+            options.instance_id.clone(),
+            Arc::clone(&state),
+            Arc::clone(&directory),
+        );
+        let server = server::QueryServer::start(addr, context)?;
+        let advertised = match options
+            .query_advertised_addr
+            .as_ref()
+            .or(topology.queries.advertised_addr.as_ref())
+        {
+            Some(address) => address.clone(),
+            None if server.addr.ip().is_unspecified() => {
+                return Err(RuntimeError::Startup(format!(
+                    "the query address {addr} is a wildcard address other instances cannot reach; set --query-advertised-addr HOST:PORT (or queries.advertised_addr)"
+                )));
+            }
+            None => server.addr.to_string(),
+        };
+        let advertiser = endpoints::Advertiser::start(
+            &config,
+            &topology.name,
+            options.instance_id.clone(),
+            advertised,
+            Arc::clone(&state),
+            directory,
+        )?;
+        Ok(Queries {
+            state,
+            server,
+            advertiser,
+        })
+    }
+
+    pub fn stop(self) {
+        self.advertiser.stop();
+        self.server.stop();
     }
 }
 

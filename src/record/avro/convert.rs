@@ -13,7 +13,7 @@ use apache_avro::types::Value as Avro;
 use apache_avro::{BigDecimal, Days, Decimal, Duration, Millis, Months, Schema, Uuid};
 use serde_json::{Map, Number, Value};
 
-use crate::formats::json;
+use crate::record::json;
 
 /// `record com.example.Folded`, `array of string`, ... for messages.
 pub fn describe(schema: &Schema) -> String {

@@ -57,11 +57,9 @@
 //! and inject faults (abort, or kill the process) at named points of the
 //! cycle, so tests know exactly which transaction was open at a kill.
 
+mod hooks;
+
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::Write as _;
-use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -83,6 +81,9 @@ use crate::task::limits::{Limits, TooLarge, record_size};
 use crate::task::{DeadLetter, Task, dlq_headers};
 use crate::topology::Topology;
 
+pub use hooks::{Fault, FaultAction, FaultPoint, TestHooks};
+use hooks::{Faults, Journal};
+
 /// How long a transactional call may take before we give up on it.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -101,218 +102,6 @@ pub enum CommitError {
     /// and start over.
     #[error("producer unusable: {0}")]
     Fatal(String),
-}
-
-/// A point of the commit cycle where a test can inject a fault.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultPoint {
-    /// A transaction has begun; nothing of it is sent yet.
-    Begin,
-    /// Every record of the transaction, changelogs included, was handed to
-    /// the producer; offsets are not sent yet.
-    Sent,
-    /// The offsets were added to the transaction (at least once: every
-    /// record is acknowledged, offsets are not committed yet).
-    Offsets,
-    /// Every record is acknowledged; the commit request is next.
-    Commit,
-    /// The transaction committed; the tasks' state is not applied yet.
-    Committed,
-    /// A batch of changelog records was restored into a task's store.
-    Restore,
-    /// A batch of due timers fired and its outputs were sent.
-    Timers,
-}
-
-impl FaultPoint {
-    const ALL: [(FaultPoint, &'static str); 7] = [
-        (FaultPoint::Begin, "begin"),
-        (FaultPoint::Sent, "sent"),
-        (FaultPoint::Offsets, "offsets"),
-        (FaultPoint::Commit, "commit"),
-        (FaultPoint::Committed, "committed"),
-        (FaultPoint::Restore, "restore"),
-        (FaultPoint::Timers, "timers"),
-    ];
-
-    fn name(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(p, _)| *p == self)
-            .map_or("?", |(_, n)| n)
-    }
-}
-
-/// What an injected fault does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultAction {
-    /// Fail the transaction as a broker error would (it is aborted and the
-    /// tasks rewound).
-    Abort,
-    /// End the process at once, as `kill -9` does.
-    Kill,
-}
-
-/// A fault to inject: `<point>:<abort|kill>[@<n>]`, at the `n`-th time
-/// (default: the first) the cycle reaches `point`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fault {
-    pub point: FaultPoint,
-    pub action: FaultAction,
-    pub nth: u32,
-}
-
-impl FromStr for Fault {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Fault, String> {
-        let (spec, nth) = match text.split_once('@') {
-            Some((spec, n)) => (
-                spec,
-                n.parse::<u32>()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| format!("`{n}` is not a positive count"))?,
-            ),
-            None => (text, 1),
-        };
-        let (point, action) = spec
-            .split_once(':')
-            .ok_or_else(|| format!("expected <point>:<abort|kill>[@n], found `{text}`"))?;
-        let point = FaultPoint::ALL
-            .iter()
-            .find(|(_, n)| *n == point)
-            .map(|(p, _)| *p)
-            .ok_or_else(|| {
-                let names: Vec<&str> = FaultPoint::ALL.iter().map(|(_, n)| *n).collect();
-                format!(
-                    "unknown fault point `{point}` (one of {})",
-                    names.join(", ")
-                )
-            })?;
-        let action = match action {
-            "abort" => FaultAction::Abort,
-            "kill" => FaultAction::Kill,
-            other => return Err(format!("unknown fault action `{other}` (abort or kill)")),
-        };
-        if action == FaultAction::Abort
-            && matches!(point, FaultPoint::Committed | FaultPoint::Restore)
-        {
-            return Err(format!(
-                "`{}` can only be killed: there is no transaction to abort there",
-                point.name()
-            ));
-        }
-        Ok(Fault { point, action, nth })
-    }
-}
-
-/// Testing aids of `streamfold run` (hidden flags).
-#[derive(Clone, Debug, Default)]
-pub struct TestHooks {
-    /// Stamp every produced record with `streamfold.txn: <run>:<seq>`.
-    pub stamp: bool,
-    /// Append `begin`/`committed`/`aborted <run>:<seq>` lines here, synced
-    /// to disk before the transaction sends anything and after it commits.
-    pub journal: Option<PathBuf>,
-    /// Faults to inject.
-    pub faults: Vec<Fault>,
-}
-
-/// The injected faults and how often each point was reached.
-#[derive(Default)]
-struct Faults {
-    faults: Vec<Fault>,
-    hits: [u32; FaultPoint::ALL.len()],
-}
-
-impl Faults {
-    fn check(&mut self, point: FaultPoint) -> Result<(), CommitError> {
-        if self.faults.is_empty() {
-            return Ok(());
-        }
-        let slot = FaultPoint::ALL
-            .iter()
-            .position(|(p, _)| *p == point)
-            .unwrap_or(0);
-        self.hits[slot] += 1;
-        let hits = self.hits[slot];
-        let Some(fault) = self
-            .faults
-            .iter()
-            .find(|f| f.point == point && f.nth == hits)
-        else {
-            return Ok(());
-        };
-        match fault.action {
-            FaultAction::Abort => {
-                tracing::warn!(
-                    point = point.name(),
-                    hit = hits,
-                    "Injected fault: aborting."
-                );
-                Err(CommitError::Aborted(format!(
-                    "injected fault at `{}`",
-                    point.name()
-                )))
-            }
-            FaultAction::Kill => {
-                tracing::warn!(
-                    point = point.name(),
-                    hit = hits,
-                    "Injected fault: killing the process."
-                );
-                // Like kill -9: no destructor, no flush, no goodbye.
-                std::process::abort()
-            }
-        }
-    }
-}
-
-/// The test journal: one synced line per transaction event.
-struct Journal {
-    file: File,
-    path: PathBuf,
-}
-
-impl Journal {
-    fn record(&mut self, event: &str, label: &str) {
-        self.write(&format!("{event} {label}"));
-    }
-
-    /// `<event> <label> <unix ms> <topic>:<partition>:<offset>…`: offsets
-    /// a transaction commits, or (`fetched`) the group's committed offsets
-    /// as a new owner read them. Together they tell a transaction in doubt
-    /// at a kill apart: committed if every next owner resumed at or past
-    /// its offsets, not if one resumed before them.
-    fn offsets(&mut self, event: &str, label: &str, list: &TopicPartitionList) {
-        let mut line = format!("{event} {label} {}", unix_millis());
-        for element in list.elements() {
-            let offset = match element.offset() {
-                Offset::Offset(offset) => offset,
-                _ => -1,
-            };
-            line.push_str(&format!(
-                " {}:{}:{offset}",
-                element.topic(),
-                element.partition()
-            ));
-        }
-        self.write(&line);
-    }
-
-    fn write(&mut self, line: &str) {
-        let written = writeln!(self.file, "{line}").and_then(|()| self.file.sync_data());
-        if let Err(error) = written {
-            tracing::error!(path = %self.path.display(), %error, "Cannot write the transaction journal.");
-        }
-    }
-}
-
-fn unix_millis() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
 }
 
 /// Delivery reports: the highest offset produced per tracked partition,
@@ -466,22 +255,12 @@ impl Transactions {
             }
         }
         let config = &config;
-        let journal = match &hooks.journal {
-            Some(path) => Some(Journal {
-                file: std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .map_err(|e| {
-                        RuntimeError::Startup(format!(
-                            "cannot open the transaction journal {}: {e}",
-                            path.display()
-                        ))
-                    })?,
-                path: path.clone(),
-            }),
-            None => None,
-        };
+        let journal = hooks
+            .journal
+            .as_deref()
+            .map(Journal::open)
+            .transpose()
+            .map_err(RuntimeError::Startup)?;
         let producer: BaseProducer<DeliveryContext> =
             config.create_with_context(DeliveryContext {
                 deliveries: Mutex::new(Deliveries::default()),
@@ -504,10 +283,7 @@ impl Transactions {
             sequence: 0,
             stamp: hooks.stamp || journal.is_some(),
             journal,
-            faults: Faults {
-                faults: hooks.faults.clone(),
-                ..Faults::default()
-            },
+            faults: Faults::new(hooks.faults.clone()),
             tracked: vec![String::new()],
             limits,
             committed: 0,
@@ -1247,43 +1023,6 @@ fn rand_u64() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn faults_parse_with_their_count_and_reject_what_cannot_happen() {
-        assert_eq!(
-            "commit:kill@3".parse::<Fault>(),
-            Ok(Fault {
-                point: FaultPoint::Commit,
-                action: FaultAction::Kill,
-                nth: 3
-            })
-        );
-        assert_eq!("sent:abort".parse::<Fault>().map(|f| f.nth), Ok(1));
-        assert!("committed:abort".parse::<Fault>().is_err());
-        assert!("restore:abort".parse::<Fault>().is_err());
-        assert!(
-            "nowhere:kill"
-                .parse::<Fault>()
-                .unwrap_err()
-                .contains("begin")
-        );
-        assert!("sent:kill@0".parse::<Fault>().is_err());
-    }
-
-    #[test]
-    fn an_abort_fault_fires_once_at_its_hit() {
-        let mut faults = Faults {
-            faults: vec!["sent:abort@2".parse().unwrap()],
-            ..Faults::default()
-        };
-        assert!(faults.check(FaultPoint::Sent).is_ok());
-        assert!(faults.check(FaultPoint::Commit).is_ok());
-        assert!(matches!(
-            faults.check(FaultPoint::Sent),
-            Err(CommitError::Aborted(_))
-        ));
-        assert!(faults.check(FaultPoint::Sent).is_ok());
-    }
 
     /// A broker refusing a record as too large (its `max.message.bytes`
     /// was not known) fails the transaction once; the topic's limit then

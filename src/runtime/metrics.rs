@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
-use super::{DeadLetterReason, NodeCounter};
+use crate::telemetry::{self, DeadLetterReason, NodeCounter};
 use crate::topology::Topology;
 use crate::topology::model::{Format, KeyFormat};
 
@@ -28,7 +28,7 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
     PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(
-            Matcher::Full(super::COMMIT_DURATION.to_string()),
+            Matcher::Full(telemetry::COMMIT_DURATION.to_string()),
             COMMIT_BUCKETS,
         )
         .map_err(|e| e.to_string())?
@@ -116,22 +116,22 @@ pub fn register_topology(topology: &Topology) {
     let app = topology.name.as_str();
     for (name, counted) in counters_of(topology) {
         match counted {
-            Counted::Node(counter) => super::node_counter(app, name, counter).increment(0),
+            Counted::Node(counter) => telemetry::node_counter(app, name, counter).increment(0),
             Counted::DeadLetters(reason) => {
-                super::dead_letter_counter(app, name, reason).increment(0);
+                telemetry::dead_letter_counter(app, name, reason).increment(0);
             }
         }
     }
-    ::metrics::counter!(super::TRANSACTIONS_COMMITTED).increment(0);
-    ::metrics::counter!(super::TRANSACTIONS_ABORTED).increment(0);
+    ::metrics::counter!(telemetry::TRANSACTIONS_COMMITTED).increment(0);
+    ::metrics::counter!(telemetry::TRANSACTIONS_ABORTED).increment(0);
     // Registered, a histogram shows a count and sum of 0.
-    let _ = ::metrics::histogram!(super::COMMIT_DURATION);
-    let _ = ::metrics::histogram!(super::ABORT_DURATION);
-    ::metrics::counter!(super::RECORDS_CONSUMED, "topology" => app.to_string()).increment(0);
-    ::metrics::counter!(super::RECORDS_COMMITTED, "topology" => app.to_string()).increment(0);
+    let _ = ::metrics::histogram!(telemetry::COMMIT_DURATION);
+    let _ = ::metrics::histogram!(telemetry::ABORT_DURATION);
+    ::metrics::counter!(telemetry::RECORDS_CONSUMED, "topology" => app.to_string()).increment(0);
+    ::metrics::counter!(telemetry::RECORDS_COMMITTED, "topology" => app.to_string()).increment(0);
     // An instance-level level: no task runs yet. (The number of missing
     // source topics is set once it is known, by the wait for them.)
-    ::metrics::gauge!(super::TASKS_RUNNING, "topology" => app.to_string()).set(0.0);
+    ::metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => app.to_string()).set(0.0);
 }
 
 /// Registers at 0 the per-partition restore counters of every task the
@@ -139,9 +139,9 @@ pub fn register_topology(topology: &Topology) {
 pub fn register_partitions(topology: &Topology, partitions: i32) {
     for partition in 0..partitions {
         for name in [
-            super::RESTORE_RECORDS,
-            super::RESTORE_SKIPPED,
-            super::RESTORE_UNVERIFIED,
+            telemetry::RESTORE_RECORDS,
+            telemetry::RESTORE_SKIPPED,
+            telemetry::RESTORE_UNVERIFIED,
         ] {
             ::metrics::counter!(name, "topology" => topology.name.clone(), "partition" => partition.to_string())
                 .increment(0);

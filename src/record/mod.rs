@@ -1,5 +1,8 @@
 //! The record that flows between operators.
 
+pub mod avro;
+pub mod json;
+
 use serde_json::Value;
 
 /// librdkafka's default `message.max.bytes`: the largest record a producer
@@ -47,6 +50,35 @@ pub struct Origin<'a> {
     pub key: Option<&'a [u8]>,
     pub payload: Option<&'a [u8]>,
     pub headers: &'a [(String, Vec<u8>)],
+}
+
+/// Whose fault a failure to handle a record is, which decides what happens
+/// next. Operators ([`crate::operators::OpError`]), codecs
+/// ([`crate::formats::CodecError`]) and dead letters
+/// ([`crate::telemetry::DeadLetterReason`]) all classify by it, and a dead
+/// letter's `streamfold.dlq.class` header is its [`ErrorClass::name`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// The record's (bad bytes, a missing field, a wrong type): it goes to
+    /// the dead-letter topic and processing continues.
+    Record,
+    /// The outside world's, after the configured retries (a schema
+    /// registry that does not answer): dead-lettered with the attempts.
+    External,
+    /// Ours (a bug, unusable state): the task stops; nothing is
+    /// dead-lettered.
+    Internal,
+}
+
+impl ErrorClass {
+    /// The name written in dead-letter headers.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorClass::Record => "record",
+            ErrorClass::External => "external",
+            ErrorClass::Internal => "internal",
+        }
+    }
 }
 
 /// Renders a key for messages and JSON output: text when it is UTF-8.
