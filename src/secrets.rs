@@ -23,7 +23,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// What a credential is shown as.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// librdkafka properties whose values authenticate a client (librdkafka
 /// marks the same ones sensitive, except user names, file paths and public
@@ -44,7 +44,7 @@ const SECRET_PROPERTIES: &[&str] = &[
 ];
 
 /// Whether the librdkafka property `key` holds a credential.
-pub fn is_secret_property(key: &str) -> bool {
+pub(crate) fn is_secret_property(key: &str) -> bool {
     let key = key.trim().to_ascii_lowercase();
     SECRET_PROPERTIES.contains(&key.as_str())
         || ["password", "secret", "passphrase", "jaas"]
@@ -53,7 +53,7 @@ pub fn is_secret_property(key: &str) -> bool {
 }
 
 /// `value` as it may be shown: [`MASK`] when `key` holds a credential.
-pub fn shown<'v>(key: &str, value: &'v str) -> &'v str {
+pub(crate) fn shown<'v>(key: &str, value: &'v str) -> &'v str {
     if is_secret_property(key) { MASK } else { value }
 }
 
@@ -64,19 +64,20 @@ pub fn shown<'v>(key: &str, value: &'v str) -> &'v str {
 // print the mask, so no dump of a configuration can carry it.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(transparent)]
-pub struct Secret(String);
+pub(crate) struct Secret(String);
 
 impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
+    #[cfg(test)]
+    pub(crate) fn new(value: impl Into<String>) -> Secret {
         Secret(value.into())
     }
 
     /// The credential itself, for the client that needs it.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
@@ -100,7 +101,7 @@ static REGISTERED: RwLock<Vec<String>> = RwLock::new(Vec::new());
 /// Credentials shorter than this are not searched for in text: masking
 /// every `b` of a log line would make it unreadable, and a password that
 /// short is no secret anyway. They are still masked by name.
-pub const MIN_SCRUBBED_LEN: usize = 4;
+pub(crate) const MIN_SCRUBBED_LEN: usize = 4;
 
 /// Remembers `value` as a credential for [`scrub`]. Values shorter than
 /// [`MIN_SCRUBBED_LEN`] characters are ignored.
@@ -149,10 +150,10 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
 /// Standard error with registered credentials masked: the writer of the
 /// log subscriber. Each log event arrives as one `write` call, so a
 /// credential is never split between two.
-pub struct ScrubbedStderr;
+pub(crate) struct ScrubbedStderr;
 
 /// A [`ScrubbedStderr`], as a `tracing_subscriber` `MakeWriter`.
-pub fn scrubbed_stderr() -> ScrubbedStderr {
+pub(crate) fn scrubbed_stderr() -> ScrubbedStderr {
     ScrubbedStderr
 }
 

@@ -13,7 +13,7 @@ use super::yaml::{Kind, Node, Pos};
 
 /// Where a value sits in the topology: `nodes.fold_account.fields.metrics`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Path(Vec<Segment>);
+pub(crate) struct Path(Vec<Segment>);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Segment {
@@ -22,17 +22,17 @@ enum Segment {
 }
 
 impl Path {
-    pub fn root() -> Path {
+    pub(crate) fn root() -> Path {
         Path(Vec::new())
     }
 
-    pub fn key(&self, key: &str) -> Path {
+    pub(crate) fn key(&self, key: &str) -> Path {
         let mut next = self.clone();
         next.0.push(Segment::Key(key.to_string()));
         next
     }
 
-    pub fn index(&self, index: usize) -> Path {
+    pub(crate) fn index(&self, index: usize) -> Path {
         let mut next = self.clone();
         next.0.push(Segment::Index(index));
         next
@@ -57,14 +57,14 @@ impl fmt::Display for Path {
 
 /// A deserialization error, placed at the node it concerns.
 #[derive(Clone, Debug, PartialEq)]
-pub struct DeError {
-    pub pos: Option<Pos>,
-    pub path: Option<Path>,
-    pub kind: DeErrorKind,
+pub(crate) struct DeError {
+    pub(crate) pos: Option<Pos>,
+    pub(crate) path: Option<Path>,
+    pub(crate) kind: DeErrorKind,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum DeErrorKind {
+pub(crate) enum DeErrorKind {
     /// A field the struct does not have, with the names it does have.
     UnknownField {
         field: String,
@@ -79,7 +79,7 @@ pub enum DeErrorKind {
 }
 
 impl DeError {
-    pub fn message(message: impl Into<String>) -> DeError {
+    pub(crate) fn message(message: impl Into<String>) -> DeError {
         DeError {
             pos: None,
             path: None,
@@ -99,7 +99,7 @@ impl DeError {
     /// The human message, with a "did you mean" for near misses.
     /// `extra` lists names accepted at this place beyond the struct's own
     /// (the fields every node has, for instance).
-    pub fn render(&self, extra: &[&str]) -> String {
+    pub(crate) fn render(&self, extra: &[&str]) -> String {
         match &self.kind {
             DeErrorKind::Message(message) => message.clone(),
             DeErrorKind::UnknownField { field, expected } => {
@@ -119,7 +119,7 @@ impl DeError {
 
 /// `unknown field `quiet_fr`, did you mean `quiet_for`?` or the list of
 /// accepted names when nothing is close.
-pub fn unknown_name(what: &str, name: &str, candidates: &[&str]) -> String {
+pub(crate) fn unknown_name(what: &str, name: &str, candidates: &[&str]) -> String {
     match suggest(name, candidates) {
         Some(best) => format!("unknown {what} `{name}`, did you mean `{best}`?"),
         None if candidates.is_empty() => format!("unknown {what} `{name}`"),
@@ -134,7 +134,7 @@ pub fn unknown_name(what: &str, name: &str, candidates: &[&str]) -> String {
 }
 
 /// The candidate closest to `name`, if it is close enough to be a typo.
-pub fn suggest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
+pub(crate) fn suggest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
     candidates
         .iter()
         .map(|c| (strsim::jaro_winkler(name, c), *c))
@@ -205,7 +205,7 @@ impl de::Error for DeError {
 }
 
 /// Deserializes `T` from `node`, which sits at `path`.
-pub fn from_node<T: DeserializeOwned>(node: &Node, path: &Path) -> Result<T, DeError> {
+pub(crate) fn from_node<T: DeserializeOwned>(node: &Node, path: &Path) -> Result<T, DeError> {
     T::deserialize(NodeDe {
         node,
         path: path.clone(),
@@ -214,7 +214,7 @@ pub fn from_node<T: DeserializeOwned>(node: &Node, path: &Path) -> Result<T, DeE
 
 /// Deserializes `T` from the entries of a mapping node, skipping `skip`
 /// keys (the fields every node has, read separately).
-pub fn from_entries<T: DeserializeOwned>(
+pub(crate) fn from_entries<T: DeserializeOwned>(
     node: &Node,
     path: &Path,
     skip: &[&str],

@@ -18,7 +18,7 @@ impl HumanDuration {
     /// days, as `humantime` counts them). Deadlines are epoch milliseconds
     /// plus durations, and wall-clock instants plus durations; within this
     /// bound neither can overflow, whatever operators add up.
-    pub const MAX: HumanDuration = HumanDuration::from_secs(100 * 31_557_600);
+    pub(crate) const MAX: HumanDuration = HumanDuration::from_secs(100 * 31_557_600);
 
     pub const fn from_millis(ms: u64) -> HumanDuration {
         HumanDuration(Duration::from_millis(ms))
@@ -36,11 +36,11 @@ impl HumanDuration {
     /// Shorter than the clocks' millisecond, so zero to them: a setting
     /// that must be longer than zero must be at least `1ms` (`coalesce:
     /// 1ns` re-armed a rollup at `now + 0`, for ever).
-    pub fn under_a_millisecond(self) -> bool {
+    pub(crate) fn under_a_millisecond(self) -> bool {
         self.as_millis() == 0
     }
 
-    pub fn parse(text: &str) -> Result<HumanDuration, String> {
+    pub(crate) fn parse(text: &str) -> Result<HumanDuration, String> {
         let duration = humantime::parse_duration(text)
             .map(HumanDuration)
             .map_err(|_| {
@@ -98,7 +98,7 @@ pub struct JsonPointer {
 }
 
 impl JsonPointer {
-    pub fn parse(text: &str) -> Result<JsonPointer, String> {
+    pub(crate) fn parse(text: &str) -> Result<JsonPointer, String> {
         if text.is_empty() {
             return Ok(JsonPointer {
                 text: String::new(),
@@ -138,7 +138,7 @@ impl JsonPointer {
     }
 
     /// The value the pointer designates, if present.
-    pub fn get<'v>(&self, value: &'v Value) -> Option<&'v Value> {
+    pub(crate) fn get<'v>(&self, value: &'v Value) -> Option<&'v Value> {
         let mut current = value;
         for token in &self.tokens {
             current = match current {
@@ -152,12 +152,8 @@ impl JsonPointer {
 
     /// The last reference token: the natural field name for what the
     /// pointer designates (`/account_id` → `account_id`).
-    pub fn last_token(&self) -> Option<&str> {
+    pub(crate) fn last_token(&self) -> Option<&str> {
         self.tokens.last().map(String::as_str)
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.text
     }
 }
 
@@ -205,11 +201,11 @@ impl JsonSchema for JsonPointer {
 /// or `node.output` for operators with several outputs (`route`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct InputRef(pub String);
+pub(crate) struct InputRef(pub String);
 
 impl InputRef {
     /// `(name, output)`; `output` is `None` for the default output.
-    pub fn split(&self) -> (&str, Option<&str>) {
+    pub(crate) fn split(&self) -> (&str, Option<&str>) {
         match self.0.split_once('.') {
             Some((name, port)) => (name, Some(port)),
             None => (&self.0, None),
@@ -236,13 +232,13 @@ impl JsonSchema for InputRef {
     untagged,
     expecting = "`input` takes a source or node name, or a list of them"
 )]
-pub enum Inputs {
+pub(crate) enum Inputs {
     One(InputRef),
     Many(Vec<InputRef>),
 }
 
 impl Inputs {
-    pub fn refs(&self) -> &[InputRef] {
+    pub(crate) fn refs(&self) -> &[InputRef] {
         match self {
             Inputs::One(one) => std::slice::from_ref(one),
             Inputs::Many(many) => many,

@@ -37,7 +37,7 @@ impl Pos {
 /// A parsed YAML node with its position.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
-    pub pos: Pos,
+    pub(crate) pos: Pos,
     pub kind: Kind,
 }
 
@@ -81,7 +81,7 @@ impl Node {
         }
     }
 
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match &self.kind {
             Kind::Str(s) => Some(s),
             _ => None,
@@ -96,7 +96,7 @@ impl Node {
     }
 
     /// The value under `key` in a mapping, with the key node.
-    pub fn entry(&self, key: &str) -> Option<(&Node, &Node)> {
+    pub(crate) fn entry(&self, key: &str) -> Option<(&Node, &Node)> {
         self.as_map()?
             .iter()
             .find(|(k, _)| k.as_str() == Some(key))
@@ -397,7 +397,10 @@ fn resolve_plain(text: &str) -> Kind {
 }
 
 /// Expands `${VAR}` and `${VAR:-default}`; `$${` is a literal `${`.
-pub fn interpolate(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+pub(crate) fn interpolate(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, String> {
     if !text.contains('$') {
         return Ok(text.to_string());
     }

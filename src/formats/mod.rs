@@ -18,7 +18,7 @@
 //! ([`Codecs::offline`], `streamfold test`) the schemas are the topology's
 //! own files, numbered in memory ([`registry::SchemaSource::Local`]).
 
-pub mod registry;
+pub(crate) mod registry;
 
 pub use crate::record::{avro, json};
 
@@ -49,12 +49,12 @@ pub struct CodecError {
     pub reason: String,
     pub attempts: u32,
     /// What could not be read.
-    pub what: Unreadable,
+    pub(crate) what: Unreadable,
 }
 
 /// The part of a record that could not be read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Unreadable {
+pub(crate) enum Unreadable {
     /// The value's bytes.
     #[default]
     Value,
@@ -65,7 +65,7 @@ pub enum Unreadable {
 }
 
 impl CodecError {
-    pub fn record(reason: impl Into<String>) -> CodecError {
+    pub(crate) fn record(reason: impl Into<String>) -> CodecError {
         CodecError {
             class: ErrorClass::Record,
             reason: reason.into(),
@@ -74,7 +74,7 @@ impl CodecError {
         }
     }
 
-    pub fn external(reason: impl Into<String>, attempts: u32) -> CodecError {
+    pub(crate) fn external(reason: impl Into<String>, attempts: u32) -> CodecError {
         CodecError {
             class: ErrorClass::External,
             reason: reason.into(),
@@ -84,7 +84,7 @@ impl CodecError {
     }
 
     /// A record without a value (a tombstone) where a value is needed.
-    pub fn no_value() -> CodecError {
+    pub(crate) fn no_value() -> CodecError {
         CodecError {
             what: Unreadable::NoValue,
             ..CodecError::record("record has no value (a tombstone)")
@@ -92,7 +92,7 @@ impl CodecError {
     }
 
     /// The reason code its dead letter carries.
-    pub fn dead_letter_reason(&self) -> DeadLetterReason {
+    pub(crate) fn dead_letter_reason(&self) -> DeadLetterReason {
         match (self.class, self.what) {
             (ErrorClass::External, _) => DeadLetterReason::ExternalFailure,
             (_, Unreadable::Value) => DeadLetterReason::UndecodableValue,
@@ -150,9 +150,9 @@ struct SourceCodec {
 /// A record's key and value bytes on the wire: what a consumer reads, or
 /// what the producer is to write. No payload is a tombstone.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Wire {
-    pub key: Option<Vec<u8>>,
-    pub payload: Option<Vec<u8>>,
+pub(crate) struct Wire {
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) payload: Option<Vec<u8>>,
 }
 
 struct SinkCodec {
@@ -172,7 +172,7 @@ pub struct Codecs {
 }
 
 /// Whether any source or sink of `topology` reads or writes Avro.
-pub fn uses_avro(topology: &Topology) -> bool {
+pub(crate) fn uses_avro(topology: &Topology) -> bool {
     let sources = topology
         .sources
         .iter()
@@ -297,7 +297,7 @@ impl Codecs {
     /// nothing to process and is unreadable. The runtime and the offline
     /// driver both read records through this, so `streamfold test` shows
     /// what `run` does with them.
-    pub fn decode_record(
+    pub(crate) fn decode_record(
         &self,
         source: usize,
         key: Option<&[u8]>,
@@ -326,7 +326,7 @@ impl Codecs {
     /// a tombstone (no payload), so a compacted topic forgets the key.
     /// Shared by the runtime and the offline driver, like
     /// [`Codecs::decode_record`].
-    pub fn encode_record(&self, sink: usize, record: &Record) -> Result<Wire, String> {
+    pub(crate) fn encode_record(&self, sink: usize, record: &Record) -> Result<Wire, String> {
         let payload = match &record.value {
             Value::Null => None,
             value => Some(self.encode(sink, value)?),

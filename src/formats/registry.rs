@@ -31,22 +31,22 @@ use crate::topology::model::{RetryConfig, SchemaRegistryConfig};
 
 /// How often, and how patiently, to try a registry that does not answer.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     /// Tries in all, the first included.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// Wait before the second try.
-    pub initial: Duration,
+    pub(crate) initial: Duration,
     /// Longest wait between two tries.
-    pub max: Duration,
+    pub(crate) max: Duration,
     /// Factor applied to the wait after each try.
-    pub multiplier: f64,
+    pub(crate) multiplier: f64,
     /// Random share of each wait added or removed (0 to 1).
-    pub jitter: f64,
+    pub(crate) jitter: f64,
 }
 
 impl Backoff {
     /// The policy a topology's `retry` settings describe.
-    pub fn from_config(config: &RetryConfig) -> Backoff {
+    pub(crate) fn from_config(config: &RetryConfig) -> Backoff {
         Backoff {
             attempts: config.max_attempts.get(),
             initial: config.initial_backoff.0,
@@ -85,7 +85,7 @@ fn random_unit() -> f64 {
 
 /// At startup (registering and looking up sink schemas): about 6 seconds,
 /// long enough for a registry that starts alongside streamfold.
-pub const SETUP_RETRY: Backoff = Backoff {
+pub(crate) const SETUP_RETRY: Backoff = Backoff {
     attempts: 6,
     initial: Duration::from_millis(200),
     max: Duration::from_secs(2),
@@ -95,7 +95,7 @@ pub const SETUP_RETRY: Backoff = Backoff {
 
 /// While processing (a record carrying a schema id not seen yet): under a
 /// second, well within a transaction.
-pub const RECORD_RETRY: Backoff = Backoff {
+pub(crate) const RECORD_RETRY: Backoff = Backoff {
     attempts: 4,
     initial: Duration::from_millis(100),
     max: Duration::from_millis(400),
@@ -108,7 +108,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the registry did not give what was asked.
 #[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
+pub(crate) enum RegistryError {
     /// The registry could not be reached, or kept failing, on every try.
     #[error("schema registry {url} unreachable after {attempts} attempts: {last}")]
     Unreachable {
@@ -135,7 +135,7 @@ pub enum RegistryError {
 impl RegistryError {
     /// Whether the registry said the schema, subject or version does not
     /// exist.
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(
             self,
             RegistryError::Refused {
@@ -150,14 +150,18 @@ impl RegistryError {
 /// topology's own schema files kept in memory (`streamfold test`, offline:
 /// no server, no network).
 #[derive(Debug)]
-pub enum SchemaSource {
+pub(crate) enum SchemaSource {
     Registry(RegistryClient),
     Local(LocalSchemas),
 }
 
 impl SchemaSource {
     /// The schema with `id`.
-    pub fn schema_by_id(&self, id: u32, retry: Backoff) -> Result<Arc<AvroSchema>, CodecError> {
+    pub(crate) fn schema_by_id(
+        &self,
+        id: u32,
+        retry: Backoff,
+    ) -> Result<Arc<AvroSchema>, CodecError> {
         match self {
             SchemaSource::Registry(registry) => registry.schema_by_id(id, retry),
             SchemaSource::Local(local) => local.schema_by_id(id),
@@ -166,7 +170,7 @@ impl SchemaSource {
 
     /// Registers `schema` under `subject` (or finds it registered) and
     /// returns its id.
-    pub fn register(
+    pub(crate) fn register(
         &self,
         subject: &str,
         schema: &AvroSchema,
@@ -179,7 +183,7 @@ impl SchemaSource {
     }
 
     /// The latest version registered under `subject`: its id and schema.
-    pub fn latest(
+    pub(crate) fn latest(
         &self,
         subject: &str,
         retry: Backoff,
@@ -192,7 +196,7 @@ impl SchemaSource {
 
     /// Offline schemas know only what the topology registers itself, so
     /// sinks register their schema files even with `register: false`.
-    pub fn is_local(&self) -> bool {
+    pub(crate) fn is_local(&self) -> bool {
         matches!(self, SchemaSource::Local(_))
     }
 }
@@ -200,7 +204,7 @@ impl SchemaSource {
 /// Schemas in memory, numbered as a registry numbers them: one schema (by
 /// its Parsing Canonical Form) has one id under every subject.
 #[derive(Debug, Default)]
-pub struct LocalSchemas {
+pub(crate) struct LocalSchemas {
     state: Mutex<LocalState>,
 }
 
@@ -279,7 +283,7 @@ impl LocalSchemas {
 }
 
 /// A registry connection with its schema cache.
-pub struct RegistryClient {
+pub(crate) struct RegistryClient {
     settings: SrSettings,
     /// The configured URL(s), for messages.
     url: String,
@@ -297,12 +301,12 @@ impl std::fmt::Debug for RegistryClient {
 }
 
 /// `<topic>-value` or `<topic>-key`: the Confluent topic name strategy.
-pub fn subject(topic: &str, key: bool) -> String {
+pub(crate) fn subject(topic: &str, key: bool) -> String {
     format!("{topic}-{}", if key { "key" } else { "value" })
 }
 
 impl RegistryClient {
-    pub fn connect(config: &SchemaRegistryConfig) -> Result<RegistryClient, RegistryError> {
+    pub(crate) fn connect(config: &SchemaRegistryConfig) -> Result<RegistryClient, RegistryError> {
         let urls: Vec<String> = config
             .url
             .split(',')
@@ -336,14 +340,14 @@ impl RegistryClient {
         })
     }
 
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// The schema with `id`, from the cache or the registry. A registry
     /// that cannot be reached (or refuses our credentials) is the outside
     /// world's failure, not the record's.
-    pub fn schema_by_id(&self, id: u32, retry: Backoff) -> Result<Arc<AvroSchema>, CodecError> {
+    pub(crate) fn schema_by_id(
+        &self,
+        id: u32,
+        retry: Backoff,
+    ) -> Result<Arc<AvroSchema>, CodecError> {
         if let Some(known) = self.cache().get(&id) {
             return known.clone().map_err(CodecError::record);
         }
@@ -390,7 +394,7 @@ impl RegistryClient {
 
     /// Registers `schema` under `subject` (or finds it registered) and
     /// returns its id.
-    pub fn register(
+    pub(crate) fn register(
         &self,
         subject: &str,
         schema: &AvroSchema,
@@ -404,7 +408,7 @@ impl RegistryClient {
     }
 
     /// The latest version registered under `subject`: its id and schema.
-    pub fn latest(
+    pub(crate) fn latest(
         &self,
         subject: &str,
         retry: Backoff,

@@ -13,7 +13,7 @@ use crate::record::Timestamp;
 /// disappears or goes to the dead-letter topic with the reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum OnReject {
+pub(crate) enum OnReject {
     /// Drop it (counted in `streamfold_node_dropped_records_total`).
     #[default]
     Drop,
@@ -23,12 +23,12 @@ pub enum OnReject {
 
 /// `v` as 8 bytes whose byte order is numeric order (sign bit flipped,
 /// big-endian), for keys that range scans must visit in time or order.
-pub fn ordered_i64(v: i64) -> [u8; 8] {
+pub(crate) fn ordered_i64(v: i64) -> [u8; 8] {
     ((v as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 /// Inverse of [`ordered_i64`].
-pub fn from_ordered_i64(bytes: &[u8]) -> Option<i64> {
+pub(crate) fn from_ordered_i64(bytes: &[u8]) -> Option<i64> {
     let raw: [u8; 8] = bytes.get(..8)?.try_into().ok()?;
     Some((u64::from_be_bytes(raw) ^ (1 << 63)) as i64)
 }
@@ -36,7 +36,7 @@ pub fn from_ordered_i64(bytes: &[u8]) -> Option<i64> {
 /// The first part of a composite key: `part` with its length in front, so
 /// the keys of one entity (`abc`) never share a prefix with another's
 /// (`abcd`), and a prefix scan finds exactly one entity's entries.
-pub fn entity_prefix(part: &[u8]) -> Vec<u8> {
+pub(crate) fn entity_prefix(part: &[u8]) -> Vec<u8> {
     let len = u32::try_from(part.len()).unwrap_or(u32::MAX);
     let mut out = Vec::with_capacity(4 + part.len() + 16);
     out.extend_from_slice(&len.to_be_bytes());
@@ -47,7 +47,7 @@ pub fn entity_prefix(part: &[u8]) -> Vec<u8> {
 /// An id read from a value, as the bytes stores key it by: strings as
 /// their text, anything else as compact JSON (so `7` and `"7"` are the
 /// same id, as they are the same Kafka key).
-pub fn id_bytes(value: &Value) -> Vec<u8> {
+pub(crate) fn id_bytes(value: &Value) -> Vec<u8> {
     match value {
         Value::String(s) => s.as_bytes().to_vec(),
         other => crate::record::json::encode(other),
@@ -58,7 +58,7 @@ pub fn id_bytes(value: &Value) -> Vec<u8> {
 /// milliseconds) or an RFC 3339 time (as epoch milliseconds). Floats with a
 /// fraction are refused: two producers rounding differently would disagree
 /// on which update is newer.
-pub fn order_value(value: &Value) -> Option<i64> {
+pub(crate) fn order_value(value: &Value) -> Option<i64> {
     match value {
         Value::Number(n) => n.as_i64().or_else(|| {
             let f = n.as_f64()?;
@@ -74,7 +74,7 @@ pub fn order_value(value: &Value) -> Option<i64> {
 }
 
 /// Reads the order value at `pointer`, or says why the record has none.
-pub fn read_order(pointer: &JsonPointer, value: &Value) -> Result<i64, String> {
+pub(crate) fn read_order(pointer: &JsonPointer, value: &Value) -> Result<i64, String> {
     match pointer.get(value) {
         None | Some(Value::Null) => Err(format!("order field {pointer} is missing")),
         Some(v) => order_value(v).ok_or_else(|| {
@@ -87,7 +87,7 @@ pub fn read_order(pointer: &JsonPointer, value: &Value) -> Result<i64, String> {
 }
 
 /// A short rendering of a value for messages: its JSON, cut at 60 bytes.
-pub fn describe(value: &Value) -> String {
+pub(crate) fn describe(value: &Value) -> String {
     let text = value.to_string();
     if text.len() <= 60 {
         return text;
@@ -100,7 +100,7 @@ pub fn describe(value: &Value) -> String {
 }
 
 /// The value at `pointer`, refusing missing and null values.
-pub fn required<'v>(
+pub(crate) fn required<'v>(
     pointer: &JsonPointer,
     value: &'v Value,
     what: &str,
@@ -113,20 +113,20 @@ pub fn required<'v>(
 
 /// A stable 32-bit fingerprint of a topic name (FNV-1a), small enough to
 /// keep beside every remembered id.
-pub fn topic_fingerprint(topic: &str) -> u32 {
+pub(crate) fn topic_fingerprint(topic: &str) -> u32 {
     topic.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
         (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
     })
 }
 
 /// `clock_now - since` rendered for messages (`"3m 20s"`), never negative.
-pub fn ago(clock_now: Timestamp, since: Timestamp) -> String {
+pub(crate) fn ago(clock_now: Timestamp, since: Timestamp) -> String {
     let ms = u64::try_from(clock_now.saturating_sub(since)).unwrap_or(0);
     humantime::format_duration(std::time::Duration::from_millis(ms)).to_string()
 }
 
 /// Checks a name used as an output field or a named output.
-pub fn legal_name(name: &str) -> bool {
+pub(crate) fn legal_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()

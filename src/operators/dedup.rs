@@ -70,21 +70,21 @@ pub struct DedupConfig {
     /// JSON pointer to the record's unique id in its value (`/event_id`).
     /// Exactly one of `id_field` and `id_header` is required.
     #[serde(default)]
-    pub id_field: Option<JsonPointer>,
+    pub(crate) id_field: Option<JsonPointer>,
     /// Name of the header carrying the record's unique id; the header's
     /// bytes are the id.
     #[serde(default)]
-    pub id_header: Option<String>,
+    pub(crate) id_header: Option<String>,
     /// How long an id is remembered after it was first seen (`6h`).
-    pub retention: HumanDuration,
+    pub(crate) retention: HumanDuration,
     /// Clock measuring the retention: `processing` (wall clock, default) or
     /// `event` (record time, advanced per task).
     #[serde(default)]
-    pub clock: Clock,
+    pub(crate) clock: Clock,
     /// What happens to a duplicate: `drop` (default, counted) or
     /// `dead_letter`.
     #[serde(default)]
-    pub on_duplicate: OnReject,
+    pub(crate) on_duplicate: OnReject,
 }
 
 impl OperatorSpec for DedupConfig {
@@ -156,13 +156,13 @@ impl OperatorSpec for DedupConfig {
 
 /// What the node remembers about an id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FirstSeen {
+pub(crate) struct FirstSeen {
     /// When the id was first seen, on the node's clock.
-    pub first_seen: Timestamp,
+    pub(crate) first_seen: Timestamp,
     /// Offset of the record that carried it.
-    pub offset: Option<i64>,
+    pub(crate) offset: Option<i64>,
     /// Fingerprint of the topic that record was read from.
-    pub topic: Option<u32>,
+    pub(crate) topic: Option<u32>,
 }
 
 impl JsonState for FirstSeen {}

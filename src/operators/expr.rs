@@ -59,10 +59,10 @@ const STANDARD_VARS: [&str; 3] = ["$key", "$timestamp", "$headers"];
 
 /// The text of a jq expression in a topology.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Expression(pub String);
+pub(crate) struct Expression(pub String);
 
 impl Expression {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -97,10 +97,10 @@ impl JsonSchema for Expression {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct CompileError {
     /// 1-based line within the expression.
-    pub line: usize,
+    pub(crate) line: usize,
     /// 1-based column (in characters) within that line.
-    pub col: usize,
-    pub message: String,
+    pub(crate) col: usize,
+    pub(crate) message: String,
     /// Whether the expression spans several lines (the line is then worth
     /// naming).
     multiline: bool,
@@ -143,14 +143,14 @@ impl CompileError {
 /// The values of a record that expressions see as `$key`, `$timestamp`
 /// and `$headers`.
 #[derive(Clone, Copy, Debug)]
-pub struct Bindings<'r> {
-    pub key: Option<&'r [u8]>,
-    pub timestamp: Timestamp,
-    pub headers: &'r [(String, Vec<u8>)],
+pub(crate) struct Bindings<'r> {
+    pub(crate) key: Option<&'r [u8]>,
+    pub(crate) timestamp: Timestamp,
+    pub(crate) headers: &'r [(String, Vec<u8>)],
 }
 
 impl<'r> Bindings<'r> {
-    pub fn of(record: &'r Record) -> Bindings<'r> {
+    pub(crate) fn of(record: &'r Record) -> Bindings<'r> {
         Bindings {
             key: record.key.as_deref(),
             timestamp: record.timestamp,
@@ -255,7 +255,7 @@ impl Program {
     /// Runs the program on `input` and returns up to `limit` outputs; the
     /// first error (or an output that is not JSON) is returned as the
     /// record's fault.
-    pub fn run(
+    pub(crate) fn run(
         &self,
         input: &Value,
         bindings: &Bindings<'_>,
@@ -294,7 +294,7 @@ impl Program {
 
     /// The program as a predicate: true when its first output is neither
     /// `false` nor `null` (no output is false).
-    pub fn test(&self, input: &Value, bindings: &Bindings<'_>) -> Result<bool, String> {
+    pub(crate) fn test(&self, input: &Value, bindings: &Bindings<'_>) -> Result<bool, String> {
         isolated(|| {
             let ctx = Ctx::<Data>::new(&self.filter.lut, self.vars(bindings, &[]));
             match self.filter.id.run((ctx, to_val(input))).next() {
@@ -309,7 +309,7 @@ impl Program {
     }
 
     /// Runs the program expecting exactly one output.
-    pub fn one(
+    pub(crate) fn one(
         &self,
         input: &Value,
         bindings: &Bindings<'_>,
@@ -365,7 +365,7 @@ fn shorten(message: String) -> String {
 /// compiled when the topology was checked, so this cannot fail for a loaded
 /// topology; `OperatorSpec::build` can only report state errors, so a
 /// failure (a topology built without being checked) is reported as one.
-pub fn compile_for_build(
+pub(crate) fn compile_for_build(
     expression: &Expression,
     extra_vars: &[&'static str],
     option: &str,
@@ -376,7 +376,7 @@ pub fn compile_for_build(
 }
 
 /// Compiles `expression` for `validate`: `None` when it compiles.
-pub fn check(expression: &Expression, extra_vars: &[&'static str]) -> Option<CompileError> {
+pub(crate) fn check(expression: &Expression, extra_vars: &[&'static str]) -> Option<CompileError> {
     Program::compile(expression.as_str(), extra_vars).err()
 }
 
@@ -506,7 +506,7 @@ fn undefined_error(
 }
 
 /// A JSON value as jaq sees it.
-pub fn to_val(value: &Value) -> Val {
+pub(crate) fn to_val(value: &Value) -> Val {
     match value {
         Value::Null => Val::Null,
         Value::Bool(b) => Val::Bool(*b),
@@ -527,7 +527,7 @@ pub fn to_val(value: &Value) -> Val {
 
 /// A jaq value as JSON. jaq also has byte strings and non-string object
 /// keys; those are not JSON, so they are the expression's error.
-pub fn from_val(value: Val) -> Result<Value, String> {
+pub(crate) fn from_val(value: Val) -> Result<Value, String> {
     Ok(match value {
         Val::Null => Value::Null,
         Val::Bool(b) => Value::Bool(b),

@@ -39,7 +39,7 @@ use crate::telemetry::NodeCounter;
 pub struct FilterConfig {
     /// jq expression run on the record value; the record is kept when its
     /// first output is neither `false` nor `null`.
-    pub condition: Expression,
+    pub(crate) condition: Expression,
 }
 
 impl OperatorSpec for FilterConfig {

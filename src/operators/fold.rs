@@ -99,53 +99,53 @@ use crate::telemetry::{NodeCounter, NodeGauge};
 pub struct FoldConfig {
     /// Output fields, each with the rule that merges the folded events.
     #[serde(default)]
-    pub fields: IndexMap<String, FieldRule>,
+    pub(crate) fields: IndexMap<String, FieldRule>,
     /// Close a fold once its key has seen no event for this long.
     #[serde(default)]
-    pub quiet_for: Option<HumanDuration>,
+    pub(crate) quiet_for: Option<HumanDuration>,
     /// Close a fold this long after its first event, quiet or not.
     #[serde(default)]
-    pub max_wait: Option<HumanDuration>,
+    pub(crate) max_wait: Option<HumanDuration>,
     /// Close a fold once it holds this many events.
     #[serde(default)]
-    pub max_events: Option<NonZeroU64>,
+    pub(crate) max_events: Option<NonZeroU64>,
     /// Close a fold before an event would make its folded event (or its
     /// stored state) larger than this many bytes of JSON; an event that
     /// alone would pass it goes to the dead-letter topic. Default: 90 % of
     /// the producer's `message.max.bytes` (900000 with librdkafka's
     /// default), so folds always fit what the producer may send.
     #[serde(default)]
-    pub max_bytes: Option<NonZeroU64>,
+    pub(crate) max_bytes: Option<NonZeroU64>,
     /// Clock for `quiet_for` and `max_wait`: `processing` (wall clock,
     /// default) or `event` (record time).
     #[serde(default)]
-    pub clock: Clock,
+    pub(crate) clock: Clock,
     /// Output field carrying the group key. Defaults to the last segment of
     /// `key_by` (`/account_id` → `account_id`), else `key`.
     #[serde(default)]
-    pub key_field: Option<String>,
+    pub(crate) key_field: Option<String>,
 }
 
 /// How one output field is computed from the folded events.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
-pub struct FieldRule {
+pub(crate) struct FieldRule {
     /// The merge rule.
-    pub rule: MergeRule,
+    pub(crate) rule: MergeRule,
     /// JSON pointer to the value in each event. Required except for
     /// `count`, which counts events when it is absent.
     #[serde(default)]
-    pub from: Option<JsonPointer>,
+    pub(crate) from: Option<JsonPointer>,
     /// For `list`: how many values to keep (the most recent). Required for
     /// `list`, not allowed otherwise.
     #[serde(default)]
-    pub max_len: Option<NonZeroUsize>,
+    pub(crate) max_len: Option<NonZeroUsize>,
 }
 
 /// A merge rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum MergeRule {
+pub(crate) enum MergeRule {
     /// Sorted union of values; array values contribute their items.
     Set,
     /// Sorted union of the keys of an object value.
@@ -183,7 +183,7 @@ impl MergeRule {
 }
 
 /// Fields every folded event carries; user fields may not reuse them.
-pub const RESERVED_FIELDS: &[&str] = &[
+pub(crate) const RESERVED_FIELDS: &[&str] = &[
     "folded_count",
     "first_event_at",
     "last_event_at",
@@ -340,7 +340,7 @@ impl OperatorSpec for FoldConfig {
 
 /// Why a fold closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClosedBy {
+pub(crate) enum ClosedBy {
     Quiet,
     MaxWait,
     MaxEvents,
@@ -348,7 +348,7 @@ pub enum ClosedBy {
 }
 
 impl ClosedBy {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ClosedBy::Quiet => "quiet",
             ClosedBy::MaxWait => "max_wait",
@@ -369,7 +369,7 @@ impl ClosedBy {
 
 /// One open fold, as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct OpenFold {
+pub(crate) struct OpenFold {
     /// Clock time of the first event (`max_wait` counts from here).
     opened: Timestamp,
     /// Clock time of the latest event (`quiet_for` counts from here).
@@ -394,7 +394,7 @@ impl JsonState for OpenFold {}
 /// The running result of one merge rule.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Acc {
+pub(crate) enum Acc {
     /// Sorted, without duplicates (canonical JSON order).
     Set(Vec<Value>),
     /// Sorted object keys.
@@ -411,7 +411,7 @@ pub enum Acc {
 /// An exact integer sum until a float or an overflow makes it a float.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Sum {
+pub(crate) enum Sum {
     Int(i64),
     Float(f64),
 }

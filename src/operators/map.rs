@@ -43,12 +43,12 @@ use crate::telemetry::NodeCounter;
 pub struct MapConfig {
     /// jq expression run on the record value; each output becomes a record
     /// with the input's key, timestamp and headers.
-    pub expression: Expression,
+    pub(crate) expression: Expression,
     /// The most records one input may become; an expression producing more
     /// is the record's error (it goes to the dead-letter topic). Default
     /// 1000.
     #[serde(default = "default_max_outputs")]
-    pub max_outputs: NonZeroUsize,
+    pub(crate) max_outputs: NonZeroUsize,
 }
 
 fn default_max_outputs() -> NonZeroUsize {

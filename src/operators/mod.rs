@@ -9,21 +9,22 @@
 //! [`registry`] is the closed list of operator types: adding one is one
 //! entry there plus its module here, and the compiler asks for the rest.
 
-pub mod common;
-pub mod dedup;
+pub(crate) mod common;
+pub(crate) mod dedup;
 pub mod expr;
-pub mod filter;
-pub mod fold;
-pub mod map;
-pub mod ordered;
-pub mod projection;
-pub mod registry;
-pub mod rollup;
-pub mod route;
+pub(crate) mod filter;
+pub(crate) mod fold;
+pub(crate) mod map;
+pub(crate) mod ordered;
+pub(crate) mod projection;
+pub(crate) mod registry;
+pub(crate) mod rollup;
+pub(crate) mod route;
 #[cfg(test)]
 mod testing;
 
-pub use registry::{Issue, NodeInfo, NodeKind, OperatorSpec};
+pub(crate) use registry::OperatorSpec;
+pub use registry::{Issue, NodeInfo, NodeKind};
 
 use crate::record::{ErrorClass, Origin, Record, Timestamp};
 use crate::state::timers::{Clock, Timer, TimerState};
@@ -34,7 +35,7 @@ use crate::telemetry::{NodeCounter, NodeGauge, NodeStats};
 /// Operators reach nothing outside their task (no lookups, no registry),
 /// so an operator's failure is never [`ErrorClass::External`].
 #[derive(Debug, thiserror::Error)]
-pub enum OpError {
+pub(crate) enum OpError {
     /// The record is at fault (missing field, wrong type): it goes to the
     /// dead-letter topic and processing continues.
     #[error("{0}")]
@@ -45,7 +46,7 @@ pub enum OpError {
 }
 
 impl OpError {
-    pub fn class(&self) -> ErrorClass {
+    pub(crate) fn class(&self) -> ErrorClass {
         match self {
             OpError::Record(_) => ErrorClass::Record,
             OpError::Internal(_) => ErrorClass::Internal,
@@ -61,20 +62,20 @@ impl From<StateError> for OpError {
 
 /// A record an operator emitted, on one of its outputs (0 is the default).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Emit {
-    pub output: usize,
-    pub record: Record,
+pub(crate) struct Emit {
+    pub(crate) output: usize,
+    pub(crate) record: Record,
 }
 
 /// Current time on each clock, as the task sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Clocks {
-    pub processing: Timestamp,
-    pub event: Timestamp,
+pub(crate) struct Clocks {
+    pub(crate) processing: Timestamp,
+    pub(crate) event: Timestamp,
 }
 
 impl Clocks {
-    pub fn now(&self, clock: Clock) -> Timestamp {
+    pub(crate) fn now(&self, clock: Clock) -> Timestamp {
         match clock {
             Clock::Processing => self.processing,
             Clock::Event => self.event,
@@ -83,7 +84,7 @@ impl Clocks {
 }
 
 /// An operator's window on its task.
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     pub(crate) state: &'a mut StateSet,
     pub(crate) timers: Option<&'a mut TimerState>,
     pub(crate) out: &'a mut Vec<Emit>,
@@ -96,47 +97,57 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
-    pub fn store<V: StateValue>(&mut self, handle: StoreHandle<V>) -> StoreView<'_, V> {
+    pub(crate) fn store<V: StateValue>(&mut self, handle: StoreHandle<V>) -> StoreView<'_, V> {
         self.state.view(handle)
     }
 
     /// Calls [`Operator::on_timer`] for `key` once `clock` reaches `at`.
-    pub fn set_timer(&mut self, clock: Clock, at: Timestamp, key: &[u8]) -> Result<(), OpError> {
+    pub(crate) fn set_timer(
+        &mut self,
+        clock: Clock,
+        at: Timestamp,
+        key: &[u8],
+    ) -> Result<(), OpError> {
         let timers = self.timers.as_deref_mut().ok_or_else(no_timers)?;
         timers.set(self.state, clock, at, key);
         Ok(())
     }
 
-    pub fn cancel_timer(&mut self, clock: Clock, at: Timestamp, key: &[u8]) -> Result<(), OpError> {
+    pub(crate) fn cancel_timer(
+        &mut self,
+        clock: Clock,
+        at: Timestamp,
+        key: &[u8],
+    ) -> Result<(), OpError> {
         let timers = self.timers.as_deref_mut().ok_or_else(no_timers)?;
         timers.cancel(self.state, clock, at, key);
         Ok(())
     }
 
-    pub fn now(&self, clock: Clock) -> Timestamp {
+    pub(crate) fn now(&self, clock: Clock) -> Timestamp {
         self.clocks.now(clock)
     }
 
     /// Emits on the default output.
-    pub fn emit(&mut self, record: Record) {
+    pub(crate) fn emit(&mut self, record: Record) {
         self.out.push(Emit { output: 0, record });
     }
 
     /// Emits on a named output (its index in [`OperatorSpec::outputs`] + 1).
-    pub fn emit_to(&mut self, output: usize, record: Record) {
+    pub(crate) fn emit_to(&mut self, output: usize, record: Record) {
         self.out.push(Emit { output, record });
     }
 
-    pub fn count(&mut self, counter: NodeCounter, n: u64) {
+    pub(crate) fn count(&mut self, counter: NodeCounter, n: u64) {
         self.stats.add(counter, n);
     }
 
-    pub fn gauge_add(&mut self, gauge: NodeGauge, delta: i64) {
+    pub(crate) fn gauge_add(&mut self, gauge: NodeGauge, delta: i64) {
         self.stats.gauge_add(gauge, delta);
     }
 
     /// Which of the node's inputs the current record came from.
-    pub fn input(&self) -> usize {
+    pub(crate) fn input(&self) -> usize {
         self.input
     }
 
@@ -144,7 +155,7 @@ impl Context<'_> {
     /// topic, partition and offset. Records an upstream node emitted carry
     /// the position of the input record they came from. `None` in
     /// [`Operator::on_timer`] and [`Operator::on_start`].
-    pub fn origin(&self) -> Option<&Origin<'_>> {
+    pub(crate) fn origin(&self) -> Option<&Origin<'_>> {
         self.origin
     }
 }
@@ -154,7 +165,7 @@ fn no_timers() -> OpError {
 }
 
 /// A running operator in one task.
-pub trait Operator: Send {
+pub(crate) trait Operator: Send {
     /// After the task's state is restored, before the first record.
     fn on_start(&mut self, _ctx: &mut Context<'_>) -> Result<(), OpError> {
         Ok(())

@@ -72,27 +72,27 @@ pub struct OrderedConfig {
     /// JSON pointer to the order value of each update: an integer (a
     /// Lamport counter, a version, epoch milliseconds) or an RFC 3339 time.
     /// Higher is newer.
-    pub order_by: JsonPointer,
+    pub(crate) order_by: JsonPointer,
     /// JSON pointer to a field that decides between updates with equal
     /// order values (compared as JSON values; higher wins).
     #[serde(default)]
-    pub tie_break: Option<JsonPointer>,
+    pub(crate) tie_break: Option<JsonPointer>,
     /// What happens to a stale update: `drop` (default, counted) or
     /// `dead_letter`.
     #[serde(default)]
-    pub on_stale: OnReject,
+    pub(crate) on_stale: OnReject,
     /// Per-field last-writer-wins: each top-level field of the (object)
     /// state keeps the order value of the update that last wrote it.
     #[serde(default)]
-    pub per_field: bool,
+    pub(crate) per_field: bool,
     /// Output field carrying the node's Lamport clock; updates may carry
     /// their producer's clock in the same field.
     #[serde(default)]
-    pub lamport_field: Option<String>,
+    pub(crate) lamport_field: Option<String>,
     /// Output header carrying the node's Lamport clock (decimal text);
     /// updates may carry their producer's clock in the same header.
     #[serde(default)]
-    pub lamport_header: Option<String>,
+    pub(crate) lamport_header: Option<String>,
 }
 
 impl OperatorSpec for OrderedConfig {
@@ -160,10 +160,10 @@ impl OperatorSpec for OrderedConfig {
 
 /// Which update wrote something: its order value and tie-break.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Version {
-    pub order: i64,
+pub(crate) struct Version {
+    pub(crate) order: i64,
     #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub tie: Value,
+    pub(crate) tie: Value,
 }
 
 impl Version {
@@ -176,16 +176,16 @@ impl Version {
 
 /// The newest state of one key.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Latest {
+pub(crate) struct Latest {
     /// The newest update applied.
-    pub version: Version,
+    pub(crate) version: Version,
     /// The state: the newest update, or the per-field merge.
-    pub value: Value,
+    pub(crate) value: Value,
     /// The key's Lamport clock: the last one emitted.
-    pub clock: u64,
+    pub(crate) clock: u64,
     /// With `per_field`: who wrote each field.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub fields: BTreeMap<String, Version>,
+    pub(crate) fields: BTreeMap<String, Version>,
 }
 
 impl JsonState for Latest {}

@@ -104,36 +104,36 @@ use crate::telemetry::NodeCounter;
 pub struct ProjectionConfig {
     /// JSON pointer to the event's unique id; an event whose id the entity
     /// already applied is ignored.
-    pub event_id: JsonPointer,
+    pub(crate) event_id: JsonPointer,
     /// JSON pointer to the event's name (a string), which selects its rule.
-    pub event_name: JsonPointer,
+    pub(crate) event_name: JsonPointer,
     /// JSON pointer to the event's order value: an integer or an RFC 3339
     /// time. Events are applied in this order, ties broken by event id.
-    pub order_by: JsonPointer,
+    pub(crate) order_by: JsonPointer,
     /// One rule per event name: a jq expression from the entity (`.`, `{}`
     /// before the first event) and the event (`$event`) to the new entity
     /// (an object), or `null` to delete it.
-    pub rules: IndexMap<String, Expression>,
+    pub(crate) rules: IndexMap<String, Expression>,
     /// What happens to an event whose name has no rule: `drop` (default,
     /// counted) or `dead_letter`.
     #[serde(default)]
-    pub on_unknown_event: OnReject,
+    pub(crate) on_unknown_event: OnReject,
     /// Keep a snapshot of the entity every this many events, so a re-fold
     /// after a late event starts from the last snapshot before it.
     #[serde(default)]
-    pub snapshot_every: Option<NonZeroU64>,
+    pub(crate) snapshot_every: Option<NonZeroU64>,
     /// Emit a deleted entity as a tombstone (a record with a null value,
     /// which removes the key from a compacted topic) instead of its id and
     /// version alone.
     #[serde(default)]
-    pub tombstone: bool,
+    pub(crate) tombstone: bool,
     /// Output field carrying the entity id. Defaults to the last segment of
     /// `key_by`, else `id`.
     #[serde(default)]
-    pub key_field: Option<String>,
+    pub(crate) key_field: Option<String>,
     /// Output field carrying the version, the number of events applied.
     #[serde(default = "default_version_field")]
-    pub version_field: String,
+    pub(crate) version_field: String,
 }
 
 fn default_version_field() -> String {
@@ -270,9 +270,9 @@ impl OperatorSpec for ProjectionConfig {
 /// Where an event sits in its entity's history: events are applied in
 /// this order.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Position {
-    pub order: i64,
-    pub id: String,
+pub(crate) struct Position {
+    pub(crate) order: i64,
+    pub(crate) id: String,
 }
 
 impl Position {
@@ -288,40 +288,40 @@ impl Position {
 
 /// One entity as folded so far.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Entity {
+pub(crate) struct Entity {
     /// The folded entity: an object, or null when deleted.
-    pub entity: Value,
+    pub(crate) entity: Value,
     /// Events applied.
-    pub version: u64,
+    pub(crate) version: u64,
     /// Position of the newest event applied.
-    pub last: Position,
+    pub(crate) last: Position,
 }
 
 impl JsonState for Entity {}
 
 /// An event in an entity's log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LoggedEvent {
-    pub name: String,
-    pub timestamp: Timestamp,
-    pub event: Value,
+pub(crate) struct LoggedEvent {
+    pub(crate) name: String,
+    pub(crate) timestamp: Timestamp,
+    pub(crate) event: Value,
 }
 
 impl JsonState for LoggedEvent {}
 
 /// Marks an applied event id (its order value, for inspection).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Applied {
-    pub order: i64,
+pub(crate) struct Applied {
+    pub(crate) order: i64,
 }
 
 impl JsonState for Applied {}
 
 /// The entity after the events up to a position.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Snapshot {
-    pub entity: Value,
-    pub version: u64,
+pub(crate) struct Snapshot {
+    pub(crate) entity: Value,
+    pub(crate) version: u64,
 }
 
 impl JsonState for Snapshot {}

@@ -51,10 +51,10 @@ macro_rules! operators {
         impl NodeKind {
             /// Every `type` name, in registry order, for "did you mean"
             /// suggestions.
-            pub const TYPES: &'static [&'static str] = &[$($type_name,)+];
+            pub(crate) const TYPES: &'static [&'static str] = &[$($type_name,)+];
 
             /// The node's `type`.
-            pub fn type_name(&self) -> &'static str {
+            pub(crate) fn type_name(&self) -> &'static str {
                 match self {
                     $(NodeKind::$variant(_) => $type_name,)+
                 }
@@ -62,7 +62,7 @@ macro_rules! operators {
 
             /// The static description of the operator (stores, outputs,
             /// checks, how it is built).
-            pub fn spec(&self) -> &dyn OperatorSpec {
+            pub(crate) fn spec(&self) -> &dyn OperatorSpec {
                 match self {
                     $(NodeKind::$variant(config) => config,)+
                 }
@@ -72,7 +72,7 @@ macro_rules! operators {
             /// `type_name` from `body` (the node's mapping), skipping the
             /// fields every node has (`common`). `None` when no operator
             /// has that `type`.
-            pub fn load(
+            pub(crate) fn load(
                 type_name: &str,
                 body: &YamlNode,
                 path: &Path,
@@ -114,12 +114,12 @@ impl NodeKind {
     /// The counters an operator of this kind moves, besides records in and
     /// out (every node's) and what the runtime counts for `key_by` nodes.
     /// `streamfold run` exports exactly these for the node, from startup.
-    pub fn counters(&self) -> &'static [NodeCounter] {
+    pub(crate) fn counters(&self) -> &'static [NodeCounter] {
         self.spec().counters()
     }
 
     /// The per-task levels an operator of this kind tracks.
-    pub fn gauges(&self) -> &'static [NodeGauge] {
+    pub(crate) fn gauges(&self) -> &'static [NodeGauge] {
         self.spec().gauges()
     }
 
@@ -128,7 +128,7 @@ impl NodeKind {
     /// the node sets `key_by`, the highest upstream offset seen per source
     /// partition (to drop repartition records re-delivered from aborted
     /// transactions). Each is named by [`StoreDef`].
-    pub fn stores(&self, key_by: bool) -> Vec<&'static str> {
+    pub(crate) fn stores(&self, key_by: bool) -> Vec<&'static str> {
         let spec = self.spec();
         let mut stores = spec.stores().to_vec();
         if spec.uses_timers() {
@@ -143,7 +143,7 @@ impl NodeKind {
 
 /// What the topology compiler and the runtime need to know about an
 /// operator before any record flows.
-pub trait OperatorSpec {
+pub(crate) trait OperatorSpec {
     /// Stores the operator keeps, by short name (`open`); each becomes
     /// `<node>-<store>` with a changelog topic ([`StoreDef`]).
     fn stores(&self) -> &'static [&'static str] {
@@ -209,16 +209,16 @@ pub trait OperatorSpec {
 /// What an operator may know about the node it runs as.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeInfo<'a> {
-    pub name: &'a str,
-    pub key_by: Option<&'a JsonPointer>,
+    pub(crate) name: &'a str,
+    pub(crate) key_by: Option<&'a JsonPointer>,
     /// The largest record the producer may send (its `message.max.bytes`),
     /// for operators whose state or output grows with their input.
-    pub max_record_bytes: usize,
+    pub(crate) max_record_bytes: usize,
 }
 
 impl NodeInfo<'_> {
     /// The full name of one of this node's stores.
-    pub fn store_name(&self, store: &str) -> String {
+    pub(crate) fn store_name(&self, store: &str) -> String {
         StoreDef::store_name(self.name, store)
     }
 }
@@ -226,12 +226,12 @@ impl NodeInfo<'_> {
 /// A problem with an operator's options, at a path below the node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Issue {
-    pub path: Vec<String>,
-    pub message: String,
+    pub(crate) path: Vec<String>,
+    pub(crate) message: String,
 }
 
 impl Issue {
-    pub fn new(path: &[&str], message: impl Into<String>) -> Issue {
+    pub(crate) fn new(path: &[&str], message: impl Into<String>) -> Issue {
         Issue {
             path: path.iter().map(|s| s.to_string()).collect(),
             message: message.into(),

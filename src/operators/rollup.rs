@@ -109,37 +109,37 @@ use crate::telemetry::{NodeCounter, NodeGauge};
 pub struct RollupConfig {
     /// JSON pointer to the event's idempotency token: a retried write
     /// carries the same token and event time, and counts once.
-    pub token: JsonPointer,
+    pub(crate) token: JsonPointer,
     /// JSON pointer to the event's delta, an integer. Without it, every
     /// event counts 1.
     #[serde(default)]
-    pub delta: Option<JsonPointer>,
+    pub(crate) delta: Option<JsonPointer>,
     /// jq condition marking a reset event (`ClearCount`): the counter
     /// restarts from 0 at the event's time.
     #[serde(default)]
-    pub reset_when: Option<Expression>,
+    pub(crate) reset_when: Option<Expression>,
     /// Triggers of one counter within this window coalesce into one rollup.
-    pub coalesce: HumanDuration,
+    pub(crate) coalesce: HumanDuration,
     /// How late an event may arrive after its event time. Rollups aggregate
     /// only events older than `now - accept_limit`, so every window they
     /// read is final.
-    pub accept_limit: HumanDuration,
+    pub(crate) accept_limit: HumanDuration,
     /// Counters rolled up per timer firing; the rest wait for the next one.
     /// Default 256.
     #[serde(default = "default_batch_size")]
-    pub batch_size: NonZeroUsize,
+    pub(crate) batch_size: NonZeroUsize,
     /// Clock for coalescing and windows: `processing` (wall clock,
     /// default) or `event` (record time, advanced per task).
     #[serde(default)]
-    pub clock: Clock,
+    pub(crate) clock: Clock,
     /// What happens to an event at or before its counter's last rollup:
     /// `drop` (default, counted) or `dead_letter`.
     #[serde(default)]
-    pub on_late: OnReject,
+    pub(crate) on_late: OnReject,
     /// Output field carrying the counter name. Defaults to the last segment
     /// of `key_by`, else `counter`.
     #[serde(default)]
-    pub counter_field: Option<String>,
+    pub(crate) counter_field: Option<String>,
 }
 
 fn default_batch_size() -> NonZeroUsize {
@@ -239,23 +239,23 @@ impl OperatorSpec for RollupConfig {
 
 /// A counter's rolled-up state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     /// The count as of `last_rollup_ts`.
-    pub value: i64,
+    pub(crate) value: i64,
     /// End of the last window rolled up; events at or before it are late.
-    pub last_rollup_ts: Option<Timestamp>,
+    pub(crate) last_rollup_ts: Option<Timestamp>,
     /// When the counter's next rollup is due, while it is in circulation.
-    pub due: Option<Timestamp>,
+    pub(crate) due: Option<Timestamp>,
 }
 
 impl JsonState for Checkpoint {}
 
 /// A counter event not rolled up yet.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CounterEvent {
-    pub delta: i64,
+pub(crate) struct CounterEvent {
+    pub(crate) delta: i64,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub reset: bool,
+    pub(crate) reset: bool,
 }
 
 impl JsonState for CounterEvent {}

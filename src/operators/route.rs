@@ -49,7 +49,7 @@ pub struct RouteConfig {
     /// Named outputs, each with the jq condition its records satisfy. Read
     /// one as `input: <node>.<name>`; records matching none leave on the
     /// default output (`input: <node>`).
-    pub routes: IndexMap<String, Expression>,
+    pub(crate) routes: IndexMap<String, Expression>,
     /// Send a record only to the first matching route, in the order
     /// written, instead of to every matching route.
     #[serde(default)]

@@ -12,23 +12,23 @@ use crate::state::timers::{Clock, TimerState};
 use crate::state::{StateSet, StateValue, StoreDef, StoreHandle, StoreView};
 use crate::telemetry::{NodeCounter, NodeStats};
 
-pub const TOPIC: &str = "in";
+pub(crate) const TOPIC: &str = "in";
 
-pub struct Harness {
+pub(crate) struct Harness {
     kind: NodeKind,
     key_by: Option<JsonPointer>,
-    pub state: StateSet,
+    pub(crate) state: StateSet,
     timers: Option<TimerState>,
     operator: Box<dyn Operator>,
-    pub stats: NodeStats,
-    pub clocks: Clocks,
+    pub(crate) stats: NodeStats,
+    pub(crate) clocks: Clocks,
     next_offset: i64,
 }
 
 impl Harness {
     /// The node `n` with the operator described by `options` (the node's
     /// YAML as JSON, with `type`), grouping by `key_by` when given.
-    pub fn new(options: Value, key_by: Option<&str>) -> Harness {
+    pub(crate) fn new(options: Value, key_by: Option<&str>) -> Harness {
         let kind: NodeKind = serde_json::from_value(options).expect("valid operator options");
         let key_by = key_by.map(|p| JsonPointer::parse(p).unwrap());
         let info = NodeInfo {
@@ -76,7 +76,7 @@ impl Harness {
 
     /// A new instance of the operator over the same (committed) state, as
     /// after a restart.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         let info = NodeInfo {
             name: "n",
             key_by: self.key_by.as_ref(),
@@ -102,14 +102,14 @@ impl Harness {
     }
 
     /// Feeds `record` as read at the next offset of [`TOPIC`].
-    pub fn process(&mut self, record: Record) -> Result<Vec<Emit>, OpError> {
+    pub(crate) fn process(&mut self, record: Record) -> Result<Vec<Emit>, OpError> {
         let offset = self.next_offset;
         self.next_offset += 1;
         self.process_at(record, offset, 0)
     }
 
     /// Feeds `record` as read at `offset`, on the node's `input`-th input.
-    pub fn process_at(
+    pub(crate) fn process_at(
         &mut self,
         record: Record,
         offset: i64,
@@ -142,7 +142,7 @@ impl Harness {
     }
 
     /// Moves `clock` to `now` and fires what is due.
-    pub fn advance(&mut self, clock: Clock, now: Timestamp) -> Result<Vec<Emit>, OpError> {
+    pub(crate) fn advance(&mut self, clock: Clock, now: Timestamp) -> Result<Vec<Emit>, OpError> {
         match clock {
             Clock::Processing => self.clocks.processing = now,
             Clock::Event => self.clocks.event = now,
@@ -175,23 +175,23 @@ impl Harness {
         self.state.committed(entries, &[]).unwrap();
     }
 
-    pub fn count(&self, counter: NodeCounter) -> u64 {
+    pub(crate) fn count(&self, counter: NodeCounter) -> u64 {
         self.stats.get(counter)
     }
 
     /// A view of one of the node's stores, for assertions on state.
-    pub fn store<V: StateValue>(&mut self, name: &str) -> StoreView<'_, V> {
+    pub(crate) fn store<V: StateValue>(&mut self, name: &str) -> StoreView<'_, V> {
         let handle: StoreHandle<V> = self.state.declare(&format!("n-{name}")).unwrap();
         self.state.view(handle)
     }
 }
 
 /// A record with a text key.
-pub fn record(key: &str, value: Value, timestamp: Timestamp) -> Record {
+pub(crate) fn record(key: &str, value: Value, timestamp: Timestamp) -> Record {
     Record::new(Some(key.as_bytes().into()), value, timestamp)
 }
 
 /// The values of emitted records.
-pub fn values(out: &[Emit]) -> Vec<Value> {
+pub(crate) fn values(out: &[Emit]) -> Vec<Value> {
     out.iter().map(|e| e.record.value.clone()).collect()
 }

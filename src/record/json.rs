@@ -19,7 +19,7 @@ pub fn encode(value: &Value) -> Vec<u8> {
 }
 
 /// "a string", "an object", ... for messages.
-pub fn type_name(value: &Value) -> &'static str {
+pub(crate) fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -45,7 +45,7 @@ fn rank(value: &Value) -> u8 {
 /// arrays < objects; numbers numerically, strings by bytes, arrays and
 /// objects element-wise (objects by sorted keys). Sets and min/max built on
 /// it give the same result whatever order values arrive in.
-pub fn canonical_cmp(a: &Value, b: &Value) -> Ordering {
+pub(crate) fn canonical_cmp(a: &Value, b: &Value) -> Ordering {
     match (a, b) {
         (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
         (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
@@ -91,7 +91,7 @@ const LAST_RFC3339_MILLIS: Timestamp = 253_402_300_799_999;
 /// `2025-01-01T00:00:00.000Z` for a millisecond timestamp, clamped to what
 /// RFC 3339 can write: from the epoch to the end of year 9999 (a record
 /// may carry any time at all).
-pub fn rfc3339_millis(ts: Timestamp) -> String {
+pub(crate) fn rfc3339_millis(ts: Timestamp) -> String {
     let clamped = ts.clamp(0, LAST_RFC3339_MILLIS);
     // Within that range the addition cannot overflow and formatting cannot
     // fail, so `to_string` cannot panic.

@@ -7,19 +7,19 @@ use serde_json::Value;
 
 /// librdkafka's default `message.max.bytes`: the largest record a producer
 /// sends unless the topology says otherwise.
-pub const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
+pub(crate) const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
 
 /// Milliseconds since the Unix epoch, the unit of every clock.
-pub type Timestamp = i64;
+pub(crate) type Timestamp = i64;
 
 /// A decoded record. Keys stay bytes (they are what Kafka partitions and
 /// groups by); values are JSON values whatever their wire format.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
-    pub key: Option<Box<[u8]>>,
-    pub value: Value,
-    pub timestamp: Timestamp,
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub(crate) key: Option<Box<[u8]>>,
+    pub(crate) value: Value,
+    pub(crate) timestamp: Timestamp,
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
 }
 
 impl Record {
@@ -32,7 +32,7 @@ impl Record {
         }
     }
 
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
+    pub(crate) fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
@@ -72,7 +72,7 @@ pub enum ErrorClass {
 
 impl ErrorClass {
     /// The name written in dead-letter headers.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ErrorClass::Record => "record",
             ErrorClass::External => "external",
@@ -82,6 +82,6 @@ impl ErrorClass {
 }
 
 /// Renders a key for messages and JSON output: text when it is UTF-8.
-pub fn key_text(key: &[u8]) -> String {
+pub(crate) fn key_text(key: &[u8]) -> String {
     String::from_utf8_lossy(key).into_owned()
 }

@@ -32,13 +32,13 @@ const WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// What startup learned about the cluster.
 #[derive(Clone, Debug)]
-pub struct Layout {
+pub(crate) struct Layout {
     /// Partitions of every source (and so the number of tasks).
-    pub partitions: i32,
+    pub(crate) partitions: i32,
     /// `max.message.bytes` of the topics the topology writes (sinks,
     /// changelogs, repartition and dead-letter topics), where the cluster
     /// reports it.
-    pub max_message_bytes: HashMap<String, usize>,
+    pub(crate) max_message_bytes: HashMap<String, usize>,
 }
 
 struct Creation {
@@ -187,7 +187,7 @@ pub fn wait_for_sources(
 
 /// Checks the cluster and creates what is missing. Missing source topics
 /// are an error here: [`wait_for_sources`] is what waits for them.
-pub fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, RuntimeError> {
+pub(crate) fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, RuntimeError> {
     let servers = bootstrap_servers(config);
     let admin: AdminClient<DefaultClientContext> = config.create()?;
     let existing = topic_partitions(&admin, &servers)?;

@@ -46,38 +46,38 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// Header with the task's input positions on every changelog record.
-pub const POSITION_HEADER: &str = "streamfold.pos";
+pub(crate) const POSITION_HEADER: &str = "streamfold.pos";
 /// Header `<run id>:<sequence>` naming the transaction of a record: on
 /// every changelog record, and on every record of a run with the testing
 /// aid `streamfold run --txn-header`.
-pub const TXN_HEADER: &str = "streamfold.txn";
+pub(crate) const TXN_HEADER: &str = "streamfold.txn";
 /// Header on the first changelog record of a transaction in each changelog
 /// partition: per changelog topic of the task, the offset after the last
 /// record of the last committed transaction that wrote it (the writer
 /// chain above), as a [`ChangelogOffsets`] map.
-pub const BASE_HEADER: &str = "streamfold.base";
+pub(crate) const BASE_HEADER: &str = "streamfold.base";
 /// Header on every changelog record: the task's event time (epoch
 /// milliseconds) when the record was produced, so a task restored on
 /// another host resumes its event clock (and `idle_advance`) from the
 /// changelog, not only from local metadata.
-pub const EVENT_TIME_HEADER: &str = "streamfold.event_time";
+pub(crate) const EVENT_TIME_HEADER: &str = "streamfold.event_time";
 /// Meta key of the changelog offsets in a task's state store.
-pub const CHANGELOG_OFFSETS: &str = "changelog_offsets";
+pub(crate) const CHANGELOG_OFFSETS: &str = "changelog_offsets";
 /// Meta key of the task's event time at its last commit.
-pub const EVENT_TIME: &str = "event_time";
+pub(crate) const EVENT_TIME: &str = "event_time";
 
 /// An input partition: topic and partition.
-pub type InputPartition = (String, i32);
+pub(crate) type InputPartition = (String, i32);
 
 /// Next offset to read per input partition.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Positions(pub BTreeMap<InputPartition, i64>);
+pub(crate) struct Positions(pub BTreeMap<InputPartition, i64>);
 
 #[derive(Serialize, Deserialize)]
 struct Entry(String, i32, i64);
 
 impl Positions {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let entries: Vec<Entry> = self
             .0
             .iter()
@@ -86,7 +86,7 @@ impl Positions {
         serde_json::to_vec(&entries).unwrap_or_default()
     }
 
-    pub fn decode(bytes: &[u8]) -> Option<Positions> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Positions> {
         let entries: Vec<Entry> = serde_json::from_slice(bytes).ok()?;
         Some(Positions(
             entries
@@ -113,7 +113,7 @@ impl Positions {
     /// - a stamp naming a topic that is no longer an input (a `key_by` or a
     ///   source removed from the topology) proves nothing about that topic:
     ///   the record is applied, and counted, rather than dropped.
-    pub fn verdict(&self, committed: &Positions, inputs: &[String]) -> Verdict {
+    pub(crate) fn verdict(&self, committed: &Positions, inputs: &[String]) -> Verdict {
         let mut verdict = Verdict::Committed;
         for (partition, position) in &self.0 {
             match committed.0.get(partition) {
@@ -134,7 +134,7 @@ impl Positions {
 /// Whether a changelog record's transaction committed, by the position
 /// rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Every input it consumed is committed at or beyond its stamp.
     Committed,
     /// An input's committed offset is below its stamp: it did not commit.
@@ -148,14 +148,14 @@ pub enum Verdict {
 /// Next changelog offset to restore from, per changelog topic (the
 /// partition is the task's).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChangelogOffsets(pub BTreeMap<String, i64>);
+pub(crate) struct ChangelogOffsets(pub BTreeMap<String, i64>);
 
 impl ChangelogOffsets {
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    pub fn decode(bytes: &[u8]) -> Option<ChangelogOffsets> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<ChangelogOffsets> {
         serde_json::from_slice(bytes).ok()
     }
 }

@@ -61,7 +61,7 @@ fn enforce(config: &mut ClientConfig, key: &str, value: &str) {
 
 /// Properties every client gets: bootstrap servers, the topology's
 /// `kafka.properties` and `kafka.security`, then `-X` overrides.
-pub fn base_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
+pub(crate) fn base_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     let mut config = ClientConfig::new();
     let servers = options
         .bootstrap_servers
@@ -101,7 +101,10 @@ fn apply_overrides(config: &mut ClientConfig, options: &RunOptions) {
 /// producer settings, where the producer gets it from anyway (`-X` applies
 /// last), so operators size what they emit for the producer that sends it
 /// ([`crate::topology::model::KafkaConfig::max_record_bytes`]).
-pub fn with_producer_overrides(topology: Arc<Topology>, options: &RunOptions) -> Arc<Topology> {
+pub(crate) fn with_producer_overrides(
+    topology: Arc<Topology>,
+    options: &RunOptions,
+) -> Arc<Topology> {
     let Some((_, value)) = options
         .properties
         .iter()
@@ -119,7 +122,7 @@ pub fn with_producer_overrides(topology: Arc<Topology>, options: &RunOptions) ->
 }
 
 /// The group consumer.
-pub fn consumer_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
+pub(crate) fn consumer_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     let mut config = base_config(topology, options);
     let reset = match topology.sources.first().map(|s| s.config.offset_reset) {
         Some(OffsetReset::Latest) => "latest",
@@ -159,7 +162,7 @@ pub fn consumer_config(topology: &Topology, options: &RunOptions) -> ClientConfi
 }
 
 /// The consumer that replays changelogs (no group, read_committed).
-pub fn restore_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
+pub(crate) fn restore_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     let mut config = base_config(topology, options);
     for (k, v) in &topology.kafka.consumer {
         config.set(k, v);
@@ -182,7 +185,7 @@ pub fn restore_config(topology: &Topology, options: &RunOptions) -> ClientConfig
 }
 
 /// The transactional (or idempotent, at least once) producer.
-pub fn producer_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
+pub(crate) fn producer_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     let mut config = base_config(topology, options);
     config.set("linger.ms", "5");
     // Java-compatible placement for keyed records.

@@ -25,7 +25,7 @@ use rdkafka::{ClientContext, message::DeliveryResult};
 use super::RuntimeError;
 
 /// How long a broker that does not answer gets before `run` gives up.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// One metadata request; the callbacks are looked at between two.
 const STEP: Duration = Duration::from_millis(500);
 

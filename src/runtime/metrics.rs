@@ -38,7 +38,7 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
 
 /// One counter of a source, node or sink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Counted {
+pub(crate) enum Counted {
     /// A node counter (`streamfold_node_records_in_total`, ...).
     Node(NodeCounter),
     /// `streamfold_node_dead_letters_total` for a reason.
@@ -48,7 +48,7 @@ pub enum Counted {
 /// Every counter `topology` can move, with the source, node or sink it is
 /// labelled with: records in and out of every node and the counters of its
 /// kind, and each dead-letter reason where it can happen.
-pub fn counters_of(topology: &Topology) -> Vec<(&str, Counted)> {
+pub(crate) fn counters_of(topology: &Topology) -> Vec<(&str, Counted)> {
     use Counted::{DeadLetters, Node};
     let mut out = Vec::new();
     for node in &topology.nodes {
@@ -136,7 +136,7 @@ pub fn register_topology(topology: &Topology) {
 
 /// Registers at 0 the per-partition restore counters of every task the
 /// topology can have (partitions `0..partitions` of its sources).
-pub fn register_partitions(topology: &Topology, partitions: i32) {
+pub(crate) fn register_partitions(topology: &Topology, partitions: i32) {
     for partition in 0..partitions {
         for name in [
             telemetry::RESTORE_RECORDS,

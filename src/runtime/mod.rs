@@ -12,7 +12,7 @@
 //! - [`replay`]: `streamfold dlq replay`; [`query`]: interactive queries.
 
 pub mod admin;
-pub mod changelog;
+pub(crate) mod changelog;
 pub mod commit;
 pub mod config;
 pub mod connect;
@@ -20,8 +20,8 @@ pub mod engine;
 pub mod metrics;
 pub mod query;
 pub mod replay;
-pub mod restore;
-pub mod wire;
+pub(crate) mod restore;
+pub(crate) mod wire;
 
 use rdkafka::error::KafkaError;
 

@@ -34,7 +34,7 @@ use crate::task::dlq_headers;
 use crate::topology::Topology;
 
 /// Header on replayed records: `<dead-letter topic>/<partition>/<offset>`.
-pub const REPLAYED_HEADER: &str = "streamfold.replayed";
+pub(crate) const REPLAYED_HEADER: &str = "streamfold.replayed";
 
 /// Letters per transaction.
 const BATCH: usize = 1000;

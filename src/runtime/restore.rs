@@ -223,20 +223,20 @@ impl ChangelogReader {
 
 /// What one call to [`Restorer::poll`] produced for a task.
 #[derive(Debug, Default)]
-pub struct Progress {
-    pub writes: Vec<RawWrite>,
+pub(crate) struct Progress {
+    pub(crate) writes: Vec<RawWrite>,
     /// Next changelog offset per changelog topic, to save with the writes.
-    pub offsets: BTreeMap<String, i64>,
-    pub restored: u64,
-    pub skipped: u64,
+    pub(crate) offsets: BTreeMap<String, i64>,
+    pub(crate) restored: u64,
+    pub(crate) skipped: u64,
     /// Of the skipped, those whose input has no committed offset at all.
-    pub never_committed: u64,
+    pub(crate) never_committed: u64,
     /// Records applied although their transaction could not be verified.
-    pub unverified: u64,
+    pub(crate) unverified: u64,
     /// Every changelog partition of the task is caught up.
-    pub done: bool,
+    pub(crate) done: bool,
     /// The latest event time stamped on an applied record.
-    pub event_time: Option<i64>,
+    pub(crate) event_time: Option<i64>,
 }
 
 /// A task being restored.
@@ -260,7 +260,7 @@ struct Restoring {
     unverified: u64,
 }
 
-pub struct Restorer {
+pub(crate) struct Restorer {
     readers: Vec<ChangelogReader>,
     tasks: HashMap<i32, Restoring>,
     app: String,
@@ -268,7 +268,7 @@ pub struct Restorer {
 
 impl Restorer {
     /// One reader per changelog topic; `changelogs[i]` belongs to store `i`.
-    pub fn new(
+    pub(crate) fn new(
         config: &ClientConfig,
         app: &str,
         changelogs: &[String],
@@ -305,7 +305,7 @@ impl Restorer {
     /// was re-created, or truncated past it (DeleteRecords, retention on a
     /// changelog that is not compacted). Local state is then not a prefix
     /// of the changelog, and only a full restore can be trusted.
-    pub fn out_of_range(
+    pub(crate) fn out_of_range(
         &self,
         task: i32,
         saved: &BTreeMap<String, i64>,
@@ -334,7 +334,7 @@ impl Restorer {
     /// committed offsets of its `inputs`, the yardstick of the position
     /// rule, and `ends` its committed offsets of the changelog partitions,
     /// which decide each partition's last transaction.
-    pub fn add(
+    pub(crate) fn add(
         &mut self,
         task: i32,
         saved: &BTreeMap<String, i64>,
@@ -366,7 +366,7 @@ impl Restorer {
     }
 
     /// Stops restoring `task` (revoked before it finished).
-    pub fn remove(&mut self, task: i32) -> Result<(), KafkaError> {
+    pub(crate) fn remove(&mut self, task: i32) -> Result<(), KafkaError> {
         if self.tasks.remove(&task).is_none() {
             return Ok(());
         }
@@ -376,12 +376,12 @@ impl Restorer {
         Ok(())
     }
 
-    pub fn is_restoring(&self) -> bool {
+    pub(crate) fn is_restoring(&self) -> bool {
         !self.tasks.is_empty()
     }
 
     /// Replays what is available within `budget`; returns progress per task.
-    pub fn poll(&mut self, budget: Duration) -> Result<BTreeMap<i32, Progress>, KafkaError> {
+    pub(crate) fn poll(&mut self, budget: Duration) -> Result<BTreeMap<i32, Progress>, KafkaError> {
         let mut progress: BTreeMap<i32, Progress> = BTreeMap::new();
         if self.tasks.is_empty() {
             return Ok(progress);

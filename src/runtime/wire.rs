@@ -28,7 +28,7 @@ const INPUT_HEADER: &str = "streamfold.input";
 const SOURCE_HEADER: &str = "streamfold.src";
 
 /// A message's headers, owned (records keep them).
-pub fn headers(message: &BorrowedMessage<'_>) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn headers(message: &BorrowedMessage<'_>) -> Vec<(String, Vec<u8>)> {
     let Some(headers) = message.headers() else {
         return Vec::new();
     };
@@ -44,7 +44,7 @@ pub fn headers(message: &BorrowedMessage<'_>) -> Vec<(String, Vec<u8>)> {
 }
 
 /// Where `message` came from, with its bytes as read.
-pub fn origin<'a>(
+pub(crate) fn origin<'a>(
     message: &'a BorrowedMessage<'_>,
     headers: &'a [(String, Vec<u8>)],
 ) -> Origin<'a> {
@@ -59,24 +59,24 @@ pub fn origin<'a>(
 }
 
 /// The message's timestamp, or `now` when it has none.
-pub fn timestamp(message: &BorrowedMessage<'_>, now: Timestamp) -> Timestamp {
+pub(crate) fn timestamp(message: &BorrowedMessage<'_>, now: Timestamp) -> Timestamp {
     message.timestamp().to_millis().unwrap_or(now)
 }
 
 /// A record read back from a repartition topic.
-pub struct Repartitioned {
+pub(crate) struct Repartitioned {
     /// The input of the receiving node it is for.
-    pub input: usize,
+    pub(crate) input: usize,
     /// The source record it came from, when the writer said.
-    pub upstream: Option<Upstream>,
+    pub(crate) upstream: Option<Upstream>,
     /// The record, or why it cannot be read (not written by streamfold, or
     /// damaged).
-    pub record: Result<Record, String>,
+    pub(crate) record: Result<Record, String>,
 }
 
 /// Reads a repartition record: our headers are taken off, the others stay
 /// with the record.
-pub fn read_repartitioned(
+pub(crate) fn read_repartitioned(
     key: Option<&[u8]>,
     payload: Option<&[u8]>,
     timestamp: Timestamp,
@@ -117,7 +117,7 @@ pub fn read_repartitioned(
 /// payload, and our headers added to its own. `origin` and `seq` (the
 /// record's position among the source record's outputs) name where it came
 /// from; punctuation outputs have no origin.
-pub fn write_repartitioned(
+pub(crate) fn write_repartitioned(
     record: &mut Record,
     input: usize,
     origin: Option<&Origin<'_>>,

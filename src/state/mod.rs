@@ -54,19 +54,19 @@ pub struct StoreDef {
     /// `<node>-<store>`, unique in a topology.
     pub name: String,
     /// `<app>-<node>-<store>-changelog`.
-    pub changelog_topic: String,
+    pub(crate) changelog_topic: String,
 }
 
 impl StoreDef {
     /// The store of a node's timers.
-    pub const TIMERS: &'static str = "timers";
+    pub(crate) const TIMERS: &'static str = "timers";
     /// The store of the highest upstream offset seen per source partition,
     /// of a node that reads through a repartition topic.
-    pub const REPARTITION_SEEN: &'static str = "repartition-seen";
+    pub(crate) const REPARTITION_SEEN: &'static str = "repartition-seen";
 
     /// The store `store` (a short name such as `open`) of node `node` of
     /// application `app`.
-    pub fn new(app: &str, node: &str, store: &str) -> StoreDef {
+    pub(crate) fn new(app: &str, node: &str, store: &str) -> StoreDef {
         let name = StoreDef::store_name(node, store);
         StoreDef {
             changelog_topic: format!("{app}-{name}-changelog"),
@@ -75,22 +75,22 @@ impl StoreDef {
     }
 
     /// The full name of store `store` of node `node`: `<node>-<store>`.
-    pub fn store_name(node: &str, store: &str) -> String {
+    pub(crate) fn store_name(node: &str, store: &str) -> String {
         format!("{node}-{store}")
     }
 }
 
 /// One key-value pair as stored: ordered bytes.
-pub type RawEntry = (Box<[u8]>, Box<[u8]>);
+pub(crate) type RawEntry = (Box<[u8]>, Box<[u8]>);
 
 /// One live entry of a typed store.
-pub type Entry<V> = (Box<[u8]>, V);
+pub(crate) type Entry<V> = (Box<[u8]>, V);
 
 /// Live entries of a typed store, in key order.
-pub type Entries<V> = Vec<Entry<V>>;
+pub(crate) type Entries<V> = Vec<Entry<V>>;
 
 /// Ordered iteration over one store's committed entries.
-pub type RawIter<'a> = Box<dyn Iterator<Item = Result<RawEntry, StateError>> + 'a>;
+pub(crate) type RawIter<'a> = Box<dyn Iterator<Item = Result<RawEntry, StateError>> + 'a>;
 
 /// A write to apply atomically: store index, key, value (`None` deletes).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,14 +115,14 @@ pub trait StateBackend: Send {
 }
 
 /// A type kept in a store.
-pub trait StateValue: Sized + Send + 'static {
+pub(crate) trait StateValue: Sized + Send + 'static {
     fn encode(&self) -> Result<Vec<u8>, String>;
     fn decode(bytes: &[u8]) -> Result<Self, String>;
 }
 
 /// Marks a type stored as JSON: readable in the changelog with any Kafka
 /// tool, and encoded only once per key per commit, off the hot path.
-pub trait JsonState: Serialize + DeserializeOwned + Send + 'static {}
+pub(crate) trait JsonState: Serialize + DeserializeOwned + Send + 'static {}
 
 impl<T: JsonState> StateValue for T {
     fn encode(&self) -> Result<Vec<u8>, String> {
@@ -146,7 +146,7 @@ impl StateValue for () {
 }
 
 /// A typed reference to a declared store; cheap to copy into operators.
-pub struct StoreHandle<V> {
+pub(crate) struct StoreHandle<V> {
     index: usize,
     _value: PhantomData<fn() -> V>,
 }
@@ -162,9 +162,9 @@ impl<V> Copy for StoreHandle<V> {}
 /// A state change as it goes to the changelog: collapsed per key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChangelogEntry {
-    pub store: usize,
-    pub key: Box<[u8]>,
-    pub value: Option<Box<[u8]>>,
+    pub(crate) store: usize,
+    pub(crate) key: Box<[u8]>,
+    pub(crate) value: Option<Box<[u8]>>,
 }
 
 enum Slot<V> {
@@ -278,10 +278,10 @@ pub struct StateSet {
 
 impl StateSet {
     /// Committed entries kept in memory per store between commits.
-    pub const CACHE_ENTRIES: usize = 100_000;
+    pub(crate) const CACHE_ENTRIES: usize = 100_000;
 
     /// A state set over `backend`, whose stores are `names` in order.
-    pub fn new(backend: Box<dyn StateBackend>, names: Vec<String>) -> StateSet {
+    pub(crate) fn new(backend: Box<dyn StateBackend>, names: Vec<String>) -> StateSet {
         let overlays = names.iter().map(|_| None).collect();
         StateSet {
             backend,
@@ -292,7 +292,10 @@ impl StateSet {
 
     /// Declares the store `name` as holding `V`. Each store is declared
     /// once, by the operator that owns it.
-    pub fn declare<V: StateValue>(&mut self, name: &str) -> Result<StoreHandle<V>, StateError> {
+    pub(crate) fn declare<V: StateValue>(
+        &mut self,
+        name: &str,
+    ) -> Result<StoreHandle<V>, StateError> {
         self.declare_overlay(name, true)
     }
 
@@ -301,7 +304,7 @@ impl StateSet {
     /// applied ids). Only pending writes stay in the overlay, so a commit
     /// walks what was written since the last one, not a cache of every key
     /// written before, and reads of committed entries go to the backend.
-    pub fn declare_uncached<V: StateValue>(
+    pub(crate) fn declare_uncached<V: StateValue>(
         &mut self,
         name: &str,
     ) -> Result<StoreHandle<V>, StateError> {
@@ -331,7 +334,7 @@ impl StateSet {
     }
 
     /// A view of one store for reads and writes.
-    pub fn view<V: StateValue>(&mut self, handle: StoreHandle<V>) -> StoreView<'_, V> {
+    pub(crate) fn view<V: StateValue>(&mut self, handle: StoreHandle<V>) -> StoreView<'_, V> {
         let overlay = self.overlays[handle.index]
             .as_mut()
             .and_then(|o| o.as_any_mut().downcast_mut::<Overlay<V>>())
@@ -345,12 +348,8 @@ impl StateSet {
         }
     }
 
-    pub fn names(&self) -> &[String] {
-        &self.names
-    }
-
     /// Whether any store has writes that are not committed yet.
-    pub fn has_pending(&self) -> bool {
+    pub(crate) fn has_pending(&self) -> bool {
         self.overlays.iter().flatten().any(|o| o.dirty() > 0)
     }
 
@@ -392,14 +391,14 @@ impl StateSet {
     /// pending, so the next read goes to the backend: for a committed entry
     /// the runtime changed on its way (a state value too large for its
     /// changelog was committed as a deletion).
-    pub fn forget(&mut self, store: usize, key: &[u8]) {
+    pub(crate) fn forget(&mut self, store: usize, key: &[u8]) {
         if let Some(Some(overlay)) = self.overlays.get_mut(store) {
             overlay.forget(key);
         }
     }
 
     /// The transaction aborted: forget every pending write.
-    pub fn abort(&mut self) {
+    pub(crate) fn abort(&mut self) {
         for overlay in self.overlays.iter_mut().flatten() {
             overlay.abort();
         }
@@ -407,7 +406,7 @@ impl StateSet {
 
     /// Writes restored changelog records straight to the backend. Only
     /// valid before processing starts (the overlays must be empty).
-    pub fn restore(
+    pub(crate) fn restore(
         &mut self,
         writes: &[RawWrite],
         meta: &[(String, Vec<u8>)],
@@ -415,13 +414,13 @@ impl StateSet {
         self.backend.apply(writes, meta)
     }
 
-    pub fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StateError> {
+    pub(crate) fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StateError> {
         self.backend.meta(key)
     }
 }
 
 /// Reads and writes of one typed store.
-pub struct StoreView<'a, V> {
+pub(crate) struct StoreView<'a, V> {
     backend: &'a dyn StateBackend,
     overlay: &'a mut Overlay<V>,
     store: usize,
@@ -453,7 +452,7 @@ impl<V: StateValue> StoreView<'_, V> {
         }
     }
 
-    pub fn get(&mut self, key: &[u8]) -> Result<Option<&V>, StateError> {
+    pub(crate) fn get(&mut self, key: &[u8]) -> Result<Option<&V>, StateError> {
         if !self.load(key)? {
             return Ok(None);
         }
@@ -464,7 +463,7 @@ impl<V: StateValue> StoreView<'_, V> {
     }
 
     /// A mutable reference; the key is marked as written.
-    pub fn get_mut(&mut self, key: &[u8]) -> Result<Option<&mut V>, StateError> {
+    pub(crate) fn get_mut(&mut self, key: &[u8]) -> Result<Option<&mut V>, StateError> {
         if !self.load(key)? {
             return Ok(None);
         }
@@ -483,7 +482,7 @@ impl<V: StateValue> StoreView<'_, V> {
         })
     }
 
-    pub fn put(&mut self, key: &[u8], value: V) {
+    pub(crate) fn put(&mut self, key: &[u8], value: V) {
         match self.overlay.slots.get_mut(key) {
             Some(slot) => {
                 if matches!(slot, Slot::Clean(_)) {
@@ -498,7 +497,7 @@ impl<V: StateValue> StoreView<'_, V> {
         }
     }
 
-    pub fn delete(&mut self, key: &[u8]) {
+    pub(crate) fn delete(&mut self, key: &[u8]) {
         match self.overlay.slots.get_mut(key) {
             Some(slot) => {
                 if matches!(slot, Slot::Clean(_)) {
@@ -514,7 +513,7 @@ impl<V: StateValue> StoreView<'_, V> {
     }
 
     /// Removes `key` and returns its value.
-    pub fn take(&mut self, key: &[u8]) -> Result<Option<V>, StateError> {
+    pub(crate) fn take(&mut self, key: &[u8]) -> Result<Option<V>, StateError> {
         if !self.load(key)? {
             return Ok(None);
         }
@@ -531,7 +530,7 @@ impl<V: StateValue> StoreView<'_, V> {
 
     /// Up to `limit` live entries with keys in the range, in key order,
     /// merging pending writes over committed state.
-    pub fn range(
+    pub(crate) fn range(
         &mut self,
         from: Bound<&[u8]>,
         to: Bound<&[u8]>,
@@ -579,7 +578,7 @@ impl<V: StateValue> StoreView<'_, V> {
     /// The live entry with the greatest key in the range, merging pending
     /// writes over committed state: one seek, however many entries the
     /// range holds.
-    pub fn last(
+    pub(crate) fn last(
         &mut self,
         from: Bound<&[u8]>,
         to: Bound<&[u8]>,
@@ -626,7 +625,7 @@ impl<V: StateValue> StoreView<'_, V> {
     }
 
     /// Number of live entries, without decoding values.
-    pub fn count(&mut self) -> Result<usize, StateError> {
+    pub(crate) fn count(&mut self) -> Result<usize, StateError> {
         let mut committed_only = 0;
         for entry in self
             .backend
@@ -647,7 +646,8 @@ impl<V: StateValue> StoreView<'_, V> {
     }
 
     /// Up to `limit` live entries whose key starts with `prefix`.
-    pub fn prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Entries<V>, StateError>
+    #[cfg(test)]
+    pub(crate) fn prefix(&mut self, prefix: &[u8], limit: usize) -> Result<Entries<V>, StateError>
     where
         V: Clone,
     {
@@ -659,7 +659,7 @@ impl<V: StateValue> StoreView<'_, V> {
 }
 
 /// The smallest key greater than every key starting with `prefix`, if any.
-pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < u8::MAX {

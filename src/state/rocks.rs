@@ -73,7 +73,7 @@ impl RocksBackend {
     /// Runs `hook` when the backend closes, before the database does: the
     /// query server drops its handles there (and waits for reads in
     /// flight), so the files can be wiped or reopened right after.
-    pub fn on_close(&mut self, hook: Box<dyn FnOnce() + Send>) {
+    pub(crate) fn on_close(&mut self, hook: Box<dyn FnOnce() + Send>) {
         self.on_close = Some(hook);
     }
 

@@ -41,10 +41,10 @@ impl Clock {
 
 /// A timer that came due.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Timer {
-    pub clock: Clock,
-    pub at: Timestamp,
-    pub key: Box<[u8]>,
+pub(crate) struct Timer {
+    pub(crate) clock: Clock,
+    pub(crate) at: Timestamp,
+    pub(crate) key: Box<[u8]>,
 }
 
 const HEADER: usize = 9;
@@ -68,7 +68,7 @@ fn decode(clock: Clock, bytes: &[u8]) -> Option<Timer> {
 }
 
 /// The timers of one node in one task.
-pub struct TimerState {
+pub(crate) struct TimerState {
     store: StoreHandle<()>,
     /// Per clock: a lower bound of the earliest deadline (`None`: unknown,
     /// `Some(Timestamp::MAX)`: no timers).
@@ -77,21 +77,24 @@ pub struct TimerState {
 
 impl TimerState {
     /// Timers stored in `<node>-timers`.
-    pub fn declare(state: &mut StateSet, store_name: &str) -> Result<TimerState, StateError> {
+    pub(crate) fn declare(
+        state: &mut StateSet,
+        store_name: &str,
+    ) -> Result<TimerState, StateError> {
         Ok(TimerState {
             store: state.declare::<()>(store_name)?,
             next: [None, None],
         })
     }
 
-    pub fn set(&mut self, state: &mut StateSet, clock: Clock, at: Timestamp, key: &[u8]) {
+    pub(crate) fn set(&mut self, state: &mut StateSet, clock: Clock, at: Timestamp, key: &[u8]) {
         state.view(self.store).put(&encode(clock, at, key), ());
         if let Some(next) = &mut self.next[clock.index()] {
             *next = (*next).min(at);
         }
     }
 
-    pub fn cancel(&mut self, state: &mut StateSet, clock: Clock, at: Timestamp, key: &[u8]) {
+    pub(crate) fn cancel(&mut self, state: &mut StateSet, clock: Clock, at: Timestamp, key: &[u8]) {
         // The cached bound may now be early; `due` finds nothing and
         // recomputes it.
         state.view(self.store).delete(&encode(clock, at, key));
@@ -99,7 +102,7 @@ impl TimerState {
 
     /// Removes and returns up to `limit` timers of `clock` due at `now`,
     /// earliest first.
-    pub fn due(
+    pub(crate) fn due(
         &mut self,
         state: &mut StateSet,
         clock: Clock,
@@ -134,7 +137,7 @@ impl TimerState {
     }
 
     /// Forgets the cached bound (after an abort dropped pending timers).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = [None, None];
     }
 }

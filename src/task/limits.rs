@@ -32,11 +32,11 @@ use crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES;
 
 /// Reason prefix of every dead letter written because a record did not
 /// fit its topic.
-pub const TOO_LARGE: &str = "record_too_large";
+pub(crate) const TOO_LARGE: &str = "record_too_large";
 
 /// Header on a dead letter whose payload was cut to fit the dead-letter
 /// topic: the payload's original length in bytes.
-pub const TRUNCATED_HEADER: &str = "streamfold.dlq.truncated";
+pub(crate) const TRUNCATED_HEADER: &str = "streamfold.dlq.truncated";
 
 /// A v2 record batch header.
 const BATCH_OVERHEAD: usize = 61;
@@ -52,7 +52,7 @@ const STAMP_RESERVE: usize = 64;
 
 /// The most bytes `key`, `payload` and `headers` take as a record batch of
 /// their own.
-pub fn record_size(
+pub(crate) fn record_size(
     key: Option<&[u8]>,
     payload: Option<&[u8]>,
     headers: &[(String, Vec<u8>)],
@@ -70,7 +70,7 @@ pub fn record_size(
 
 /// Where a limit comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LimitSource {
+pub(crate) enum LimitSource {
     /// The producer's `message.max.bytes`.
     Producer,
     /// The topic's `max.message.bytes`.
@@ -81,16 +81,16 @@ pub enum LimitSource {
 
 /// A record that does not fit its topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TooLarge {
-    pub topic: String,
-    pub size: usize,
-    pub limit: usize,
-    pub source: LimitSource,
+pub(crate) struct TooLarge {
+    pub(crate) topic: String,
+    pub(crate) size: usize,
+    pub(crate) limit: usize,
+    pub(crate) source: LimitSource,
 }
 
 impl TooLarge {
     /// The dead-letter reason: `record_too_large: <what> is N bytes, ...`.
-    pub fn reason(&self, what: &str) -> String {
+    pub(crate) fn reason(&self, what: &str) -> String {
         let why = match self.source {
             LimitSource::Producer => "the producer's message.max.bytes".to_string(),
             LimitSource::Topic => format!("max.message.bytes of topic `{}`", self.topic),
@@ -106,14 +106,14 @@ impl TooLarge {
     }
 
     /// How many bytes must go for the record to fit.
-    pub fn excess(&self) -> usize {
+    pub(crate) fn excess(&self) -> usize {
         self.size - self.limit
     }
 }
 
 /// What the producer and each topic accept.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     producer: usize,
     topics: HashMap<String, usize>,
     /// Topics whose limit was lowered after a broker refusal.
@@ -132,7 +132,7 @@ impl Default for Limits {
 impl Limits {
     /// Limits of a producer whose `message.max.bytes` is `producer`, with
     /// no topic limit known yet.
-    pub fn new(producer: usize) -> Limits {
+    pub(crate) fn new(producer: usize) -> Limits {
         Limits {
             producer,
             topics: HashMap::new(),
@@ -142,7 +142,7 @@ impl Limits {
     }
 
     /// The topics' `max.message.bytes`, as the cluster reported them.
-    pub fn set_topics(&mut self, topics: HashMap<String, usize>) {
+    pub(crate) fn set_topics(&mut self, topics: HashMap<String, usize>) {
         self.topics = topics;
         self.floor = self
             .floor
@@ -150,7 +150,7 @@ impl Limits {
     }
 
     /// The limit in force for `topic`, and where it comes from.
-    pub fn limit(&self, topic: &str) -> (usize, LimitSource) {
+    pub(crate) fn limit(&self, topic: &str) -> (usize, LimitSource) {
         let mut limit = (self.producer, LimitSource::Producer);
         if let Some(&bytes) = self.topics.get(topic)
             && bytes < limit.0
@@ -166,7 +166,7 @@ impl Limits {
     }
 
     /// Whether a record of `size` bytes ([`record_size`]) fits `topic`.
-    pub fn check(&self, topic: &str, size: usize) -> Result<(), TooLarge> {
+    pub(crate) fn check(&self, topic: &str, size: usize) -> Result<(), TooLarge> {
         if size <= self.floor {
             return Ok(());
         }
@@ -185,7 +185,7 @@ impl Limits {
     /// The broker refused a record of `size` bytes on `topic` as too
     /// large: from now on only smaller ones are sent there. Returns
     /// whether the limit went down.
-    pub fn refused(&mut self, topic: &str, size: usize) -> bool {
+    pub(crate) fn refused(&mut self, topic: &str, size: usize) -> bool {
         let lowered = size.saturating_sub(1);
         if lowered >= self.limit(topic).0 {
             return false;
@@ -200,7 +200,7 @@ impl Limits {
     /// Cuts a dead letter's record to fit `topic` with [`shrink`], keeping
     /// the `streamfold.dlq.*` headers; returns how it was too large, when
     /// it was. The runtime and the offline driver cut alike.
-    pub fn fit_dead_letter(
+    pub(crate) fn fit_dead_letter(
         &self,
         topic: &str,
         key: &mut Option<Vec<u8>>,
@@ -213,7 +213,7 @@ impl Limits {
         Some(too_large)
     }
 
-    pub fn smallest_topic_limit(&self) -> Option<usize> {
+    pub(crate) fn smallest_topic_limit(&self) -> Option<usize> {
         self.topics
             .values()
             .copied()
@@ -225,7 +225,7 @@ impl Limits {
 /// Cuts `payload` (then `headers` other than `keep`, then `key`) until
 /// the record is `excess` bytes smaller, recording the payload's original
 /// length in [`TRUNCATED_HEADER`]. The cut payload keeps its first bytes.
-pub fn shrink(
+pub(crate) fn shrink(
     key: &mut Option<Vec<u8>>,
     payload: &mut Option<Vec<u8>>,
     headers: &mut Vec<(String, Vec<u8>)>,

@@ -11,8 +11,8 @@
 //! `key_by` and queries) and record size limits with the dead-letter cut
 //! ([`limits`]), which both drivers apply.
 
-pub mod limits;
-pub mod partitioner;
+pub(crate) mod limits;
+pub(crate) mod partitioner;
 
 use std::sync::Arc;
 
@@ -24,29 +24,29 @@ use self::partitioner::partition_for;
 use crate::formats::CodecError;
 use crate::operators::{Clocks, Context, Emit, OpError, Operator};
 use crate::record::json::parse_timestamp;
-use crate::record::{Origin, Record, Timestamp};
+use crate::record::{ErrorClass, Origin, Record, Timestamp};
 use crate::state::timers::{Clock, TimerState};
 use crate::state::{JsonState, StateBackend, StateError, StateSet, StoreHandle};
 use crate::telemetry::{DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::{Target, Topology};
 
 /// Dead-letter header names. Values are UTF-8 text.
-pub mod dlq_headers {
-    pub const TOPIC: &str = "streamfold.dlq.topic";
-    pub const PARTITION: &str = "streamfold.dlq.partition";
-    pub const OFFSET: &str = "streamfold.dlq.offset";
-    pub const NODE: &str = "streamfold.dlq.node";
-    pub const CLASS: &str = "streamfold.dlq.class";
+pub(crate) mod dlq_headers {
+    pub(crate) const TOPIC: &str = "streamfold.dlq.topic";
+    pub(crate) const PARTITION: &str = "streamfold.dlq.partition";
+    pub(crate) const OFFSET: &str = "streamfold.dlq.offset";
+    pub(crate) const NODE: &str = "streamfold.dlq.node";
+    pub(crate) const CLASS: &str = "streamfold.dlq.class";
     /// A [`DeadLetterReason`](crate::telemetry::DeadLetterReason) code, the
     /// `reason` label of the dead-letter counter.
-    pub const REASON_CODE: &str = "streamfold.dlq.reason_code";
-    pub const REASON: &str = "streamfold.dlq.reason";
-    pub const ATTEMPTS: &str = "streamfold.dlq.attempts";
+    pub(crate) const REASON_CODE: &str = "streamfold.dlq.reason_code";
+    pub(crate) const REASON: &str = "streamfold.dlq.reason";
+    pub(crate) const ATTEMPTS: &str = "streamfold.dlq.attempts";
     /// The payload was cut to fit the dead-letter topic; its original
     /// length ([`super::limits::TRUNCATED_HEADER`]).
-    pub const TRUNCATED: &str = super::limits::TRUNCATED_HEADER;
+    pub(crate) const TRUNCATED: &str = super::limits::TRUNCATED_HEADER;
     /// All of them, to strip before a replay.
-    pub const ALL: &[&str] = &[
+    pub(crate) const ALL: &[&str] = &[
         TOPIC,
         PARTITION,
         OFFSET,
@@ -70,7 +70,7 @@ const TIMERS_PER_RECORD: usize = TIMER_BATCH;
 /// of overdue timers; firing them in bounded rounds, with a commit after
 /// each, keeps a transaction's size and memory bounded and its duration
 /// well inside `transaction.timeout.ms`.
-pub const TIMERS_PER_PUNCTUATION: usize = 10_000;
+pub(crate) const TIMERS_PER_PUNCTUATION: usize = 10_000;
 
 /// What processing produced.
 #[derive(Clone, Debug, PartialEq)]
@@ -94,15 +94,15 @@ pub enum Output {
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeadLetter {
     /// The original key and payload as read, when there was an input.
-    pub key: Option<Vec<u8>>,
-    pub payload: Option<Vec<u8>>,
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) payload: Option<Vec<u8>>,
     /// The original headers followed by the `streamfold.dlq.*` headers.
-    pub headers: Vec<(String, Vec<u8>)>,
-    pub node: String,
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
+    pub(crate) node: String,
 }
 
 impl DeadLetter {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .rev()
@@ -143,7 +143,7 @@ pub enum Routing {
 
 /// Where a dead letter made outside the task is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeadLetterAt {
+pub(crate) enum DeadLetterAt {
     /// The `n`-th sink.
     Sink(usize),
     /// The `n`-th node.
@@ -154,10 +154,10 @@ pub enum DeadLetterAt {
 /// `topic/partition`), its offset, and its index among the records that
 /// offset produced for the node.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Upstream {
-    pub source: String,
-    pub offset: i64,
-    pub seq: u32,
+pub(crate) struct Upstream {
+    pub(crate) source: String,
+    pub(crate) offset: i64,
+    pub(crate) seq: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -281,7 +281,7 @@ impl Task {
         &mut self.state
     }
 
-    pub fn clocks(&self) -> Clocks {
+    pub(crate) fn clocks(&self) -> Clocks {
         self.clocks
     }
 
@@ -293,7 +293,7 @@ impl Task {
 
     /// Resumes event time where the last commit left it (after a restart),
     /// so `idle_advance` can move it on even before the first record.
-    pub fn resume_event_time(&mut self, ts: Timestamp) {
+    pub(crate) fn resume_event_time(&mut self, ts: Timestamp) {
         self.advance_event_time(ts);
         self.last_record = Some((self.clocks.processing, self.clocks.event));
         self.snapshot();
@@ -314,7 +314,7 @@ impl Task {
     }
 
     /// Moves the task's event time forward (never back).
-    pub fn advance_event_time(&mut self, ts: Timestamp) {
+    pub(crate) fn advance_event_time(&mut self, ts: Timestamp) {
         self.clocks.event = self.clocks.event.max(ts);
     }
 
@@ -328,7 +328,7 @@ impl Task {
     }
 
     /// Per node, then source, then sink: its name and counters.
-    pub fn stats(&self) -> impl Iterator<Item = (&str, &NodeStats)> {
+    pub(crate) fn stats(&self) -> impl Iterator<Item = (&str, &NodeStats)> {
         let current = self
             .nodes
             .iter()
@@ -341,7 +341,7 @@ impl Task {
     /// Per node, then source, then sink: its name and counters as of the
     /// last commit (what the runtime publishes: work an abort undoes is
     /// never counted).
-    pub fn committed_stats(&self) -> impl Iterator<Item = (&str, &NodeStats)> {
+    pub(crate) fn committed_stats(&self) -> impl Iterator<Item = (&str, &NodeStats)> {
         self.counted_names().zip(&self.committed.stats)
     }
 
@@ -350,7 +350,7 @@ impl Task {
     /// large for its topic. The runtime encodes and sizes records after the
     /// task emitted them, so it reports these here, to be counted as of
     /// commits like the rest.
-    pub fn count_dead_letter(&mut self, at: DeadLetterAt, reason: DeadLetterReason) {
+    pub(crate) fn count_dead_letter(&mut self, at: DeadLetterAt, reason: DeadLetterReason) {
         let stats = match at {
             DeadLetterAt::Sink(sink) => self.sinks.get_mut(sink),
             DeadLetterAt::Node(node) => self.nodes.get_mut(node).map(|n| &mut n.stats),
@@ -363,7 +363,7 @@ impl Task {
     /// The transaction carrying `entries` committed: apply them to the
     /// stores with `meta` in one batch, and remember the task's memory as
     /// of this commit.
-    pub fn committed(
+    pub(crate) fn committed(
         &mut self,
         entries: Vec<crate::state::ChangelogEntry>,
         meta: &[(String, Vec<u8>)],
@@ -377,7 +377,7 @@ impl Task {
     /// are dropped, the timer cache forgotten, and the event clock, the
     /// idle tracking and the counters restored, so records consumed again
     /// meet exactly what their first attempt met.
-    pub fn abort(&mut self) {
+    pub(crate) fn abort(&mut self) {
         self.state.abort();
         for node in &mut self.nodes {
             if let Some(timers) = &mut node.timers {
@@ -454,7 +454,7 @@ impl Task {
     /// `input`-th input. A record whose `upstream` position was already
     /// seen is a re-delivery (a broker that shows aborted transactions) and
     /// is dropped, counted.
-    pub fn process_repartitioned(
+    pub(crate) fn process_repartitioned(
         &mut self,
         node: usize,
         input: usize,
@@ -491,7 +491,7 @@ impl Task {
     /// A record on node `node`'s repartition topic that cannot be read
     /// back (not written by streamfold, or damaged): it goes to the
     /// dead-letter topic as read, counted on the node.
-    pub fn unreadable_repartitioned(
+    pub(crate) fn unreadable_repartitioned(
         &mut self,
         node: usize,
         origin: &Origin<'_>,
@@ -518,7 +518,7 @@ impl Task {
     ///
     /// Fires at most [`TIMERS_PER_PUNCTUATION`] timers; returns whether
     /// more may be due (the caller commits and punctuates again).
-    pub fn punctuate(&mut self, out: &mut Vec<Output>) -> Result<bool, TaskError> {
+    pub(crate) fn punctuate(&mut self, out: &mut Vec<Output>) -> Result<bool, TaskError> {
         let mut budget = TIMERS_PER_PUNCTUATION;
         budget -= self.fire_timers(Clock::Processing, out, budget)?;
         if let (Some(idle), Some((wall, event))) =
@@ -689,13 +689,13 @@ impl Task {
         let def = &topology.nodes[index];
         match result {
             Ok(()) => {}
-            Err(OpError::Internal(message)) => {
+            Err(error) if error.class() == ErrorClass::Internal => {
                 return Err(TaskError::Operator {
                     node: def.name.clone(),
-                    message,
+                    message: error.to_string(),
                 });
             }
-            Err(error @ OpError::Record(_)) => {
+            Err(error) => {
                 let code = DeadLetterReason::Rejected;
                 self.nodes[index].stats.dead_letter(code);
                 out.push(Output::DeadLetter(dead_letter(
@@ -724,7 +724,7 @@ impl Task {
 
 /// The bytes of a key read from a value: strings as their text, anything
 /// else as compact JSON.
-pub fn key_bytes(value: &Value) -> Box<[u8]> {
+pub(crate) fn key_bytes(value: &Value) -> Box<[u8]> {
     match value {
         Value::String(s) => s.as_bytes().into(),
         other => crate::record::json::encode(other).into_boxed_slice(),
@@ -733,7 +733,7 @@ pub fn key_bytes(value: &Value) -> Box<[u8]> {
 
 /// A dead letter for the record at `origin` (if any), rejected by `node`
 /// (a source, node or sink name) for `code`, with `reason` in words.
-pub fn dead_letter(
+pub(crate) fn dead_letter(
     origin: Option<&Origin<'_>>,
     node: &str,
     code: DeadLetterReason,
@@ -782,7 +782,7 @@ pub fn dead_letter(
 /// the sink's schema): the letter carries that value as JSON and its key,
 /// so nothing is lost, with the origin of the input being processed, if
 /// any, as context. Count it with [`Task::count_dead_letter`].
-pub fn sink_dead_letter(
+pub(crate) fn sink_dead_letter(
     origin: Option<&Origin<'_>>,
     sink: &str,
     code: DeadLetterReason,

@@ -2,7 +2,7 @@
 //! route by key land where a Java producer would put them.
 
 /// murmur2 as in `org.apache.kafka.common.utils.Utils.murmur2`.
-pub fn murmur2(data: &[u8]) -> i32 {
+pub(crate) fn murmur2(data: &[u8]) -> i32 {
     const SEED: u32 = 0x9747_b28c;
     const M: u32 = 0x5bd1_e995;
     const R: u32 = 24;
@@ -35,7 +35,7 @@ pub fn murmur2(data: &[u8]) -> i32 {
 }
 
 /// The partition the Java client picks for `key` among `partitions`.
-pub fn partition_for(key: &[u8], partitions: i32) -> i32 {
+pub(crate) fn partition_for(key: &[u8], partitions: i32) -> i32 {
     (murmur2(key) & 0x7fff_ffff) % partitions.max(1)
 }
 

@@ -16,73 +16,73 @@ pub mod logging;
 use crate::record::ErrorClass;
 
 /// Records a node received.
-pub const NODE_RECORDS_IN: &str = "streamfold_node_records_in_total";
+pub(crate) const NODE_RECORDS_IN: &str = "streamfold_node_records_in_total";
 /// Records a node emitted.
-pub const NODE_RECORDS_OUT: &str = "streamfold_node_records_out_total";
+pub(crate) const NODE_RECORDS_OUT: &str = "streamfold_node_records_out_total";
 /// Records sent to the dead-letter topic, labelled with where they were
 /// rejected (`node`: the source, node or sink, as in the letter's
 /// `streamfold.dlq.node` header) and why (`reason`: a
 /// [`DeadLetterReason`] code, as in its `streamfold.dlq.reason_code`
 /// header).
-pub const DEAD_LETTERS: &str = "streamfold_node_dead_letters_total";
+pub(crate) const DEAD_LETTERS: &str = "streamfold_node_dead_letters_total";
 /// Records the engine dropped on purpose (counted, never silent).
-pub const NODE_DROPPED: &str = "streamfold_node_dropped_records_total";
+pub(crate) const NODE_DROPPED: &str = "streamfold_node_dropped_records_total";
 /// Repartition records dropped because their upstream record was already
 /// seen (re-delivered after an aborted transaction).
-pub const REPARTITION_DUPLICATES: &str = "streamfold_node_repartition_duplicates_total";
+pub(crate) const REPARTITION_DUPLICATES: &str = "streamfold_node_repartition_duplicates_total";
 /// Events that reached a fold (the denominator of the folding ratio).
-pub const FOLD_ELIGIBLE: &str = "streamfold_fold_eligible_events_total";
+pub(crate) const FOLD_ELIGIBLE: &str = "streamfold_fold_eligible_events_total";
 /// Events merged into an already-open fold (the numerator).
-pub const FOLD_FOLDED: &str = "streamfold_fold_folded_events_total";
+pub(crate) const FOLD_FOLDED: &str = "streamfold_fold_folded_events_total";
 /// Folding ratio `folded / eligible` since start, 0..1.
-pub const FOLD_RATIO: &str = "streamfold_fold_folding_ratio";
+pub(crate) const FOLD_RATIO: &str = "streamfold_fold_folding_ratio";
 /// Folds currently open.
-pub const FOLD_OPEN: &str = "streamfold_fold_open_folds";
+pub(crate) const FOLD_OPEN: &str = "streamfold_fold_open_folds";
 /// Folds closed because the key went quiet.
-pub const FOLD_CLOSED_QUIET: &str = "streamfold_fold_closed_quiet_total";
+pub(crate) const FOLD_CLOSED_QUIET: &str = "streamfold_fold_closed_quiet_total";
 /// Folds closed by the `max_wait` cap.
-pub const FOLD_CLOSED_MAX_WAIT: &str = "streamfold_fold_closed_max_wait_total";
+pub(crate) const FOLD_CLOSED_MAX_WAIT: &str = "streamfold_fold_closed_max_wait_total";
 /// Folds closed by `max_events`.
-pub const FOLD_CLOSED_MAX_EVENTS: &str = "streamfold_fold_closed_max_events_total";
+pub(crate) const FOLD_CLOSED_MAX_EVENTS: &str = "streamfold_fold_closed_max_events_total";
 /// Folds closed early because the next event would have made them larger
 /// than `max_bytes`.
-pub const FOLD_CLOSED_MAX_BYTES: &str = "streamfold_fold_closed_max_bytes_total";
+pub(crate) const FOLD_CLOSED_MAX_BYTES: &str = "streamfold_fold_closed_max_bytes_total";
 /// Records whose id a `dedup` node had already seen within its retention.
-pub const DEDUP_DUPLICATES: &str = "streamfold_dedup_duplicates_total";
+pub(crate) const DEDUP_DUPLICATES: &str = "streamfold_dedup_duplicates_total";
 /// Records a `dedup` node let through again because they were re-deliveries
 /// of the very record (same topic and offset) that was first seen.
-pub const DEDUP_REDELIVERIES: &str = "streamfold_dedup_redeliveries_total";
+pub(crate) const DEDUP_REDELIVERIES: &str = "streamfold_dedup_redeliveries_total";
 /// Ids a `dedup` node forgot because their retention ended.
-pub const DEDUP_EXPIRED: &str = "streamfold_dedup_expired_ids_total";
+pub(crate) const DEDUP_EXPIRED: &str = "streamfold_dedup_expired_ids_total";
 /// Updates an `ordered` node did not apply because they were not newer
 /// than its state.
-pub const ORDERED_STALE: &str = "streamfold_ordered_stale_updates_total";
+pub(crate) const ORDERED_STALE: &str = "streamfold_ordered_stale_updates_total";
 /// Events a `projection` node ignored because their id was already applied.
-pub const PROJECTION_DUPLICATES: &str = "streamfold_projection_duplicate_events_total";
+pub(crate) const PROJECTION_DUPLICATES: &str = "streamfold_projection_duplicate_events_total";
 /// Events that arrived after a later one and made a `projection` node
 /// re-fold the entity.
-pub const PROJECTION_REFOLDS: &str = "streamfold_projection_refolds_total";
+pub(crate) const PROJECTION_REFOLDS: &str = "streamfold_projection_refolds_total";
 /// Events whose name has no rule in a `projection` node.
-pub const PROJECTION_UNKNOWN: &str = "streamfold_projection_unknown_events_total";
+pub(crate) const PROJECTION_UNKNOWN: &str = "streamfold_projection_unknown_events_total";
 /// Counter events a `rollup` node ignored because an event with the same
 /// idempotency token and time was already kept (a retried write).
-pub const ROLLUP_DUPLICATES: &str = "streamfold_rollup_duplicate_events_total";
+pub(crate) const ROLLUP_DUPLICATES: &str = "streamfold_rollup_duplicate_events_total";
 /// Counter events older than their counter's last rollup (outside the
 /// accept limit).
-pub const ROLLUP_LATE: &str = "streamfold_rollup_late_events_total";
+pub(crate) const ROLLUP_LATE: &str = "streamfold_rollup_late_events_total";
 /// Rollups performed (each emits a checkpoint).
-pub const ROLLUP_ROLLUPS: &str = "streamfold_rollup_rollups_total";
+pub(crate) const ROLLUP_ROLLUPS: &str = "streamfold_rollup_rollups_total";
 /// Read triggers for counters the node has never seen.
-pub const ROLLUP_UNKNOWN_READS: &str = "streamfold_rollup_unknown_counter_reads_total";
+pub(crate) const ROLLUP_UNKNOWN_READS: &str = "streamfold_rollup_unknown_counter_reads_total";
 /// Counters waiting for a rollup (in circulation).
-pub const ROLLUP_QUEUED: &str = "streamfold_rollup_queued_counters";
+pub(crate) const ROLLUP_QUEUED: &str = "streamfold_rollup_queued_counters";
 /// Records a `filter` node did not keep.
-pub const FILTER_REJECTED: &str = "streamfold_filter_rejected_records_total";
+pub(crate) const FILTER_REJECTED: &str = "streamfold_filter_rejected_records_total";
 /// Records for which a `map` expression produced no value.
-pub const MAP_EMPTY: &str = "streamfold_map_empty_results_total";
+pub(crate) const MAP_EMPTY: &str = "streamfold_map_empty_results_total";
 /// Records that matched no route of a `route` node (they leave on its
 /// default output).
-pub const ROUTE_UNMATCHED: &str = "streamfold_route_unmatched_records_total";
+pub(crate) const ROUTE_UNMATCHED: &str = "streamfold_route_unmatched_records_total";
 
 /// Declares a fieldless enum whose variants index array slots, with `ALL`
 /// (every variant, in order), `COUNT` and the value each variant stands
@@ -91,7 +91,7 @@ pub const ROUTE_UNMATCHED: &str = "streamfold_route_unmatched_records_total";
 macro_rules! slots {
     (
         $(#[$meta:meta])*
-        pub enum $name:ident -> $value:ident {
+        pub(crate) enum $name:ident -> $value:ident {
             $($(#[$vmeta:meta])* $variant:ident => $text:expr,)+
         }
     ) => {
@@ -103,10 +103,10 @@ macro_rules! slots {
         }
 
         impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
-            pub const COUNT: usize = Self::ALL.len();
+            pub(crate) const ALL: &'static [$name] = &[$($name::$variant,)+];
+            pub(crate) const COUNT: usize = Self::ALL.len();
 
-            pub fn $value(self) -> &'static str {
+            pub(crate) fn $value(self) -> &'static str {
                 match self {
                     $($name::$variant => $text,)+
                 }
@@ -117,7 +117,7 @@ macro_rules! slots {
 
 slots! {
     /// Something an operator counts, one slot per variant.
-    pub enum NodeCounter -> metric {
+    pub(crate) enum NodeCounter -> metric {
         RecordsIn => NODE_RECORDS_IN,
         RecordsOut => NODE_RECORDS_OUT,
         Dropped => NODE_DROPPED,
@@ -147,7 +147,7 @@ slots! {
 
 slots! {
     /// A level an operator tracks (up and down).
-    pub enum NodeGauge -> metric {
+    pub(crate) enum NodeGauge -> metric {
         FoldsOpen => FOLD_OPEN,
         RollupQueued => ROLLUP_QUEUED,
     }
@@ -158,7 +158,7 @@ slots! {
     /// written in the letter's `streamfold.dlq.reason_code` header and
     /// used as the `reason` label of [`DEAD_LETTERS`] (the free-text
     /// `streamfold.dlq.reason` header says more).
-    pub enum DeadLetterReason -> code {
+    pub(crate) enum DeadLetterReason -> code {
         /// A source could not decode the value's bytes (or a repartition
         /// record could not be read back).
         UndecodableValue => "undecodable_value",
@@ -191,7 +191,7 @@ impl DeadLetterReason {
     /// [`DeadLetterReason::ExternalFailure`], [`ErrorClass::Record`] (the
     /// record's fault) otherwise. Internal errors stop the task and are
     /// never dead-lettered.
-    pub fn class(self) -> ErrorClass {
+    pub(crate) fn class(self) -> ErrorClass {
         match self {
             DeadLetterReason::ExternalFailure => ErrorClass::External,
             _ => ErrorClass::Record,
@@ -208,7 +208,7 @@ pub struct NodeStats {
 }
 
 impl NodeStats {
-    pub fn add(&mut self, counter: NodeCounter, n: u64) {
+    pub(crate) fn add(&mut self, counter: NodeCounter, n: u64) {
         self.counters[counter as usize] += n;
     }
 
@@ -217,7 +217,7 @@ impl NodeStats {
     }
 
     /// Counts one record sent to the dead-letter topic.
-    pub fn dead_letter(&mut self, reason: DeadLetterReason) {
+    pub(crate) fn dead_letter(&mut self, reason: DeadLetterReason) {
         self.dead_letters[reason as usize] += 1;
     }
 
@@ -230,7 +230,7 @@ impl NodeStats {
         self.dead_letters.iter().sum()
     }
 
-    pub fn gauge_add(&mut self, gauge: NodeGauge, delta: i64) {
+    pub(crate) fn gauge_add(&mut self, gauge: NodeGauge, delta: i64) {
         self.gauges[gauge as usize] += delta;
     }
 
@@ -238,35 +238,22 @@ impl NodeStats {
         self.gauges[gauge as usize]
     }
 
-    /// Adds `other` into `self` (summing tasks of one node).
-    pub fn merge(&mut self, other: &NodeStats) {
-        for (a, b) in self.counters.iter_mut().zip(other.counters) {
-            *a += b;
-        }
-        for (a, b) in self.dead_letters.iter_mut().zip(other.dead_letters) {
-            *a += b;
-        }
-        for (a, b) in self.gauges.iter_mut().zip(other.gauges) {
-            *a += b;
-        }
-    }
-
     /// `folded / eligible`, the article's folding ratio, if anything was
     /// eligible.
-    pub fn folding_ratio(&self) -> Option<f64> {
+    pub(crate) fn folding_ratio(&self) -> Option<f64> {
         let eligible = self.get(NodeCounter::FoldEligible);
         (eligible > 0).then(|| self.get(NodeCounter::FoldFolded) as f64 / eligible as f64)
     }
 }
 
 /// The counter `counter` of `node` (a source, node or sink name).
-pub fn node_counter(topology: &str, node: &str, counter: NodeCounter) -> ::metrics::Counter {
+pub(crate) fn node_counter(topology: &str, node: &str, counter: NodeCounter) -> ::metrics::Counter {
     ::metrics::counter!(counter.metric(), "topology" => topology.to_string(), "node" => node.to_string())
 }
 
 /// The dead-letter counter of `node` (a source, node or sink name) for
 /// `reason`.
-pub fn dead_letter_counter(
+pub(crate) fn dead_letter_counter(
     topology: &str,
     node: &str,
     reason: DeadLetterReason,
@@ -275,36 +262,36 @@ pub fn dead_letter_counter(
 }
 
 /// Duration of each commit (changelogs, offsets, transaction commit).
-pub const COMMIT_DURATION: &str = "streamfold_commit_duration_seconds";
+pub(crate) const COMMIT_DURATION: &str = "streamfold_commit_duration_seconds";
 /// Transactions committed (commits, under at_least_once).
-pub const TRANSACTIONS_COMMITTED: &str = "streamfold_transactions_committed_total";
+pub(crate) const TRANSACTIONS_COMMITTED: &str = "streamfold_transactions_committed_total";
 /// Transactions aborted.
-pub const TRANSACTIONS_ABORTED: &str = "streamfold_transactions_aborted_total";
+pub(crate) const TRANSACTIONS_ABORTED: &str = "streamfold_transactions_aborted_total";
 /// Duration of each abort (purge, drain, abort request).
-pub const ABORT_DURATION: &str = "streamfold_transaction_abort_duration_seconds";
+pub(crate) const ABORT_DURATION: &str = "streamfold_transaction_abort_duration_seconds";
 /// Changelog records applied while restoring state.
-pub const RESTORE_RECORDS: &str = "streamfold_restore_records_restored_total";
+pub(crate) const RESTORE_RECORDS: &str = "streamfold_restore_records_restored_total";
 /// Changelog records skipped while restoring (written by transactions that
 /// did not commit).
-pub const RESTORE_SKIPPED: &str = "streamfold_restore_records_skipped_total";
+pub(crate) const RESTORE_SKIPPED: &str = "streamfold_restore_records_skipped_total";
 /// Changelog records applied during restore although the position rule
 /// could not verify their transaction (an input without committed offset).
-pub const RESTORE_UNVERIFIED: &str = "streamfold_restore_records_unverified_total";
+pub(crate) const RESTORE_UNVERIFIED: &str = "streamfold_restore_records_unverified_total";
 /// Changelog records left to restore.
-pub const RESTORE_REMAINING: &str = "streamfold_restore_records_remaining";
+pub(crate) const RESTORE_REMAINING: &str = "streamfold_restore_records_remaining";
 /// Consumer lag per input partition, from librdkafka statistics.
-pub const CONSUMER_LAG: &str = "streamfold_consumer_lag_records";
+pub(crate) const CONSUMER_LAG: &str = "streamfold_consumer_lag_records";
 /// Input records consumed.
-pub const RECORDS_CONSUMED: &str = "streamfold_runtime_records_consumed_total";
+pub(crate) const RECORDS_CONSUMED: &str = "streamfold_runtime_records_consumed_total";
 /// Input records whose offsets were committed (with their outputs, under
 /// exactly-once).
-pub const RECORDS_COMMITTED: &str = "streamfold_runtime_records_committed_total";
+pub(crate) const RECORDS_COMMITTED: &str = "streamfold_runtime_records_committed_total";
 /// Records streamfold did not produce because they are larger than their
 /// topic accepts (`max.message.bytes`, or the producer's
 /// `message.max.bytes`); each became a dead letter (a changelog record:
 /// its key's state was dropped). By the sink, node or store.
-pub const RECORDS_TOO_LARGE: &str = "streamfold_runtime_records_too_large_total";
+pub(crate) const RECORDS_TOO_LARGE: &str = "streamfold_runtime_records_too_large_total";
 /// Tasks currently running (restored and processing).
-pub const TASKS_RUNNING: &str = "streamfold_runtime_tasks_running";
+pub(crate) const TASKS_RUNNING: &str = "streamfold_runtime_tasks_running";
 /// Source topics `run` is waiting for at startup (0 once they all exist).
-pub const MISSING_SOURCE_TOPICS: &str = "streamfold_runtime_missing_source_topics";
+pub(crate) const MISSING_SOURCE_TOPICS: &str = "streamfold_runtime_missing_source_topics";

@@ -80,7 +80,7 @@ fn differences(expected: &Expected, actual: &Received) -> Vec<String> {
 }
 
 /// `None` when `actual` matches `expected`; otherwise a report.
-pub fn compare(topic: &str, expected: &[Expected], actual: &[Received]) -> Option<String> {
+pub(crate) fn compare(topic: &str, expected: &[Expected], actual: &[Received]) -> Option<String> {
     let mut by_key: BTreeMap<Option<String>, (Vec<&Expected>, Vec<&Received>)> = BTreeMap::new();
     for e in expected {
         by_key.entry(e.key.clone()).or_default().0.push(e);

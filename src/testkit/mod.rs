@@ -35,7 +35,7 @@ mod diff;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -79,14 +79,13 @@ pub struct Received {
     /// The value as JSON, or the raw text when it is not JSON.
     pub value: Result<Value, String>,
     pub headers: Vec<(String, String)>,
-    pub timestamp: Option<Timestamp>,
+    pub(crate) timestamp: Option<Timestamp>,
 }
 
 /// The outcome of one case.
 #[derive(Debug)]
 pub struct CaseReport {
     pub name: String,
-    pub dir: PathBuf,
     /// Human-readable differences; empty when the case passed.
     pub failures: Vec<String>,
     pub records_in: usize,
@@ -233,7 +232,6 @@ pub fn run_case(
     }
     Ok(CaseReport {
         name,
-        dir: dir.to_path_buf(),
         failures,
         records_in,
         records_out,
@@ -672,12 +670,12 @@ fn text_headers(headers: &[(String, Vec<u8>)]) -> Vec<(String, String)> {
 
 /// An expected record, as read from `expected/<topic>.jsonl`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Expected {
-    pub line: usize,
-    pub key: Option<String>,
-    pub value: Result<Value, String>,
-    pub headers: Vec<(String, String)>,
-    pub timestamp: Option<Timestamp>,
+pub(crate) struct Expected {
+    pub(crate) line: usize,
+    pub(crate) key: Option<String>,
+    pub(crate) value: Result<Value, String>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) timestamp: Option<Timestamp>,
 }
 
 fn read_expected(path: &Path) -> Result<Vec<Expected>, TestkitError> {

@@ -321,7 +321,6 @@ impl Loader {
 
         let mut topology = Topology {
             name: app.clone(),
-            file: self.file.clone(),
             description,
             kafka,
             processing,

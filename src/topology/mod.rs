@@ -18,7 +18,7 @@
 mod compile;
 pub mod describe;
 pub mod model;
-pub mod security;
+pub(crate) mod security;
 
 /// The configuration language, where it used to live (`topology::de`,
 /// `topology::types`, `topology::yaml`).
@@ -35,21 +35,21 @@ use model::{
 use yaml::{Kind, Node as YamlNode, Pos};
 
 use crate::operators::registry::{NodeInfo, NodeKind};
-pub use crate::state::StoreDef;
+pub(crate) use crate::state::StoreDef;
 
 /// One problem in a topology file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {
-    pub file: String,
+    pub(crate) file: String,
     pub pos: Pos,
-    pub path: String,
-    pub message: String,
-    pub severity: Severity,
+    pub(crate) path: String,
+    pub(crate) message: String,
+    pub(crate) severity: Severity,
 }
 
 /// Whether a [`Diagnostic`] stops the topology from loading.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Severity {
+pub(crate) enum Severity {
     /// The topology cannot run.
     #[default]
     Error,
@@ -76,10 +76,8 @@ impl fmt::Display for Diagnostic {
 #[derive(Clone, Debug)]
 pub struct Topology {
     /// Application id.
-    pub name: String,
-    /// The file it was read from, for messages.
-    pub file: String,
-    pub description: Option<String>,
+    pub(crate) name: String,
+    pub(crate) description: Option<String>,
     pub kafka: KafkaConfig,
     pub processing: ProcessingConfig,
     pub sources: Vec<Source>,
@@ -87,21 +85,21 @@ pub struct Topology {
     pub sinks: Vec<Sink>,
     pub dead_letter_topic: String,
     /// The schema registry of `avro` sources and sinks.
-    pub schema_registry: Option<SchemaRegistryConfig>,
+    pub(crate) schema_registry: Option<SchemaRegistryConfig>,
     /// Interactive queries (`run --query-addr` overrides).
     pub queries: QueriesConfig,
     /// Node indexes, each after every node that feeds it.
-    pub order: Vec<usize>,
+    pub(crate) order: Vec<usize>,
     /// What `check` warns about: the topology runs, but maybe not as meant.
     pub warnings: Vec<Diagnostic>,
 }
 
 #[derive(Clone, Debug)]
 pub struct Source {
-    pub name: String,
+    pub(crate) name: String,
     pub config: SourceConfig,
     /// Where its records go.
-    pub targets: Vec<Target>,
+    pub(crate) targets: Vec<Target>,
 }
 
 #[derive(Clone, Debug)]
@@ -109,20 +107,20 @@ pub struct Node {
     pub name: String,
     pub common: NodeCommon,
     pub kind: NodeKind,
-    pub inputs: Vec<Upstream>,
+    pub(crate) inputs: Vec<Upstream>,
     /// Per output (0 is the default, then the named ones): where records go.
-    pub targets: Vec<Vec<Target>>,
+    pub(crate) targets: Vec<Vec<Target>>,
     /// Output names after the default one.
-    pub output_names: Vec<String>,
-    pub stores: Vec<StoreDef>,
+    pub(crate) output_names: Vec<String>,
+    pub(crate) stores: Vec<StoreDef>,
     /// `<app>-<node>-repartition` when the node sets `key_by`.
-    pub repartition_topic: Option<String>,
+    pub(crate) repartition_topic: Option<String>,
 }
 
 impl Node {
     /// What the operator may know of its node, under a producer that
     /// sends records of up to `max_record_bytes`.
-    pub fn info(&self, max_record_bytes: usize) -> NodeInfo<'_> {
+    pub(crate) fn info(&self, max_record_bytes: usize) -> NodeInfo<'_> {
         NodeInfo {
             name: &self.name,
             key_by: self.common.key_by.as_ref(),
@@ -130,23 +128,23 @@ impl Node {
         }
     }
 
-    pub fn uses_timers(&self) -> bool {
+    pub(crate) fn uses_timers(&self) -> bool {
         self.kind.spec().uses_timers()
     }
 
     /// The full name of one of this node's stores (`<node>-<store>`).
-    pub fn store_name(&self, store: &str) -> String {
+    pub(crate) fn store_name(&self, store: &str) -> String {
         StoreDef::store_name(&self.name, store)
     }
 
-    pub fn timer_store(&self) -> Option<String> {
+    pub(crate) fn timer_store(&self) -> Option<String> {
         self.uses_timers()
             .then(|| self.store_name(StoreDef::TIMERS))
     }
 
     /// The store of the highest upstream offset seen per source partition,
     /// when the node reads through a repartition topic.
-    pub fn repartition_seen_store(&self) -> Option<String> {
+    pub(crate) fn repartition_seen_store(&self) -> Option<String> {
         self.repartition_topic
             .as_ref()
             .map(|_| self.store_name(StoreDef::REPARTITION_SEEN))
@@ -155,21 +153,21 @@ impl Node {
 
 #[derive(Clone, Debug)]
 pub struct Sink {
-    pub name: String,
-    pub config: SinkConfig,
-    pub inputs: Vec<Upstream>,
+    pub(crate) name: String,
+    pub(crate) config: SinkConfig,
+    pub(crate) inputs: Vec<Upstream>,
 }
 
 /// What feeds a node or sink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Upstream {
+pub(crate) enum Upstream {
     Source(usize),
     Node { node: usize, output: usize },
 }
 
 /// Where a source's or node's records go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Target {
+pub(crate) enum Target {
     /// A node, as its `input`-th input.
     Node {
         node: usize,
@@ -181,12 +179,12 @@ pub enum Target {
 /// A topic the runtime creates and owns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InternalTopic {
-    pub name: String,
-    pub kind: InternalKind,
+    pub(crate) name: String,
+    pub(crate) kind: InternalKind,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InternalKind {
+pub(crate) enum InternalKind {
     /// Compacted; one per store.
     Changelog,
     /// One per `key_by` node.
@@ -220,10 +218,6 @@ impl Topology {
             kind: InternalKind::DeadLetter,
         });
         topics
-    }
-
-    pub fn node_index(&self, name: &str) -> Option<usize> {
-        self.nodes.iter().position(|n| n.name == name)
     }
 }
 

@@ -23,35 +23,35 @@ pub struct TopologyFile {
     /// Application id. Names the consumer group, the transactional id prefix
     /// and every internal topic (`<name>-<store>-changelog`). Letters, digits,
     /// `.`, `_` and `-`.
-    pub name: String,
+    pub(crate) name: String,
     /// Free text shown by `streamfold describe`.
     #[serde(default)]
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
     /// How to reach Kafka.
-    pub kafka: KafkaConfig,
+    pub(crate) kafka: KafkaConfig,
     /// Delivery guarantee, commit cadence and local state.
     #[serde(default)]
-    pub processing: ProcessingConfig,
+    pub(crate) processing: ProcessingConfig,
     /// Input topics, by name.
-    pub sources: BTreeMap<String, SourceConfig>,
+    pub(crate) sources: BTreeMap<String, SourceConfig>,
     /// Operators, by name. Each reads from `input` (a source or node).
     #[serde(default)]
-    pub nodes: BTreeMap<String, NodeConfig>,
+    pub(crate) nodes: BTreeMap<String, NodeConfig>,
     /// Output topics, by name. Each writes what its `input` emits.
-    pub sinks: BTreeMap<String, SinkConfig>,
+    pub(crate) sinks: BTreeMap<String, SinkConfig>,
     /// Where records that cannot be processed go, with the reason in their
     /// headers. Defaults to the topic `<name>-dlq`.
     #[serde(default)]
-    pub dead_letter: Option<DeadLetterConfig>,
+    pub(crate) dead_letter: Option<DeadLetterConfig>,
     /// The Confluent-compatible schema registry behind `avro` sources and
     /// sinks. Required when any of them uses Avro.
     #[serde(default)]
-    pub schema_registry: Option<SchemaRegistryConfig>,
+    pub(crate) schema_registry: Option<SchemaRegistryConfig>,
     /// Interactive queries: serve the stores' committed state over HTTP
     /// (see docs/queries.md). Off unless `addr` or `run --query-addr` is
     /// set.
     #[serde(default)]
-    pub queries: Option<QueriesConfig>,
+    pub(crate) queries: Option<QueriesConfig>,
 }
 
 /// Where `run` serves interactive queries. `run --query-addr` and
@@ -74,7 +74,7 @@ pub struct QueriesConfig {
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub struct KafkaConfig {
     /// Comma-separated `host:port` list (librdkafka `bootstrap.servers`).
-    pub bootstrap_servers: String,
+    pub(crate) bootstrap_servers: String,
     /// Authentication (SASL) and encryption (TLS) of the connection. Its
     /// passwords are shown as `***` and masked in logs and errors.
     #[serde(default)]
@@ -84,36 +84,36 @@ pub struct KafkaConfig {
     /// Values of credential properties (`sasl.password`, ...) are masked
     /// like `security`'s passwords.
     #[serde(default)]
-    pub properties: BTreeMap<String, String>,
+    pub(crate) properties: BTreeMap<String, String>,
     /// librdkafka properties for the consumer only (`fetch.max.bytes`, ...).
     #[serde(default)]
-    pub consumer: BTreeMap<String, String>,
+    pub(crate) consumer: BTreeMap<String, String>,
     /// librdkafka properties for the producer only (`linger.ms`, ...).
     #[serde(default)]
-    pub producer: BTreeMap<String, String>,
+    pub(crate) producer: BTreeMap<String, String>,
     /// Use static group membership (`group.instance.id` = the instance id),
     /// so a restarted instance gets its partitions back without a rebalance.
     #[serde(default)]
-    pub static_membership: bool,
+    pub(crate) static_membership: bool,
     /// `true` (default): when a source topic does not exist yet, `run`
     /// waits for it to be created, logging the missing topics every 10 s
     /// and exporting their number as `streamfold_runtime_missing_source_topics`.
     /// `false`: a missing source topic stops `run` at once.
     #[serde(default = "default_wait_for_sources")]
-    pub wait_for_sources: bool,
+    pub(crate) wait_for_sources: bool,
 }
 
 fn default_wait_for_sources() -> bool {
     true
 }
 
-pub use crate::record::DEFAULT_MESSAGE_MAX_BYTES;
+pub(crate) use crate::record::DEFAULT_MESSAGE_MAX_BYTES;
 
 impl KafkaConfig {
     /// The producer's `message.max.bytes`: from `producer`, else
     /// `properties`, else librdkafka's default. A value that is not a
     /// number is librdkafka's to reject when the producer starts.
-    pub fn max_record_bytes(&self) -> usize {
+    pub(crate) fn max_record_bytes(&self) -> usize {
         self.producer
             .get("message.max.bytes")
             .or_else(|| self.properties.get("message.max.bytes"))
@@ -143,7 +143,7 @@ pub struct SchemaRegistryConfig {
 
 impl SchemaRegistryConfig {
     /// Problems with these settings, as (field, message).
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         for url in self.url.split(',').map(str::trim) {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -164,7 +164,7 @@ impl SchemaRegistryConfig {
 /// Delivery guarantee.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Guarantee {
+pub(crate) enum Guarantee {
     /// Outputs, state changelogs, dead letters and consumer offsets are
     /// committed in one Kafka transaction.
     #[default]
@@ -180,32 +180,32 @@ pub enum Guarantee {
 pub struct ProcessingConfig {
     /// `exactly_once` (default) or `at_least_once`.
     #[serde(default)]
-    pub guarantee: Guarantee,
+    pub(crate) guarantee: Guarantee,
     /// How often to commit. Defaults to 100ms under exactly_once (the Kafka
     /// Streams default) and 5s under at_least_once.
     #[serde(default)]
-    pub commit_interval: Option<HumanDuration>,
+    pub(crate) commit_interval: Option<HumanDuration>,
     /// Directory for local state (one RocksDB per task under
     /// `<state_dir>/<name>/<task>/`).
     #[serde(default = "default_state_dir")]
-    pub state_dir: PathBuf,
+    pub(crate) state_dir: PathBuf,
     /// How often wall-clock (`processing`) timers are checked, so a fold
     /// closes when its key goes quiet even with no new input.
     #[serde(default = "default_punctuation_interval")]
     pub punctuation_interval: HumanDuration,
     /// Kafka transaction timeout (`transaction.timeout.ms`).
     #[serde(default = "default_transaction_timeout")]
-    pub transaction_timeout: HumanDuration,
+    pub(crate) transaction_timeout: HumanDuration,
     /// Retries of external failures (a schema registry that does not
     /// answer while a record is decoded), for sources without their own.
     #[serde(default)]
-    pub retry: RetryConfig,
+    pub(crate) retry: RetryConfig,
     /// For `clock: event` operators: once a task has seen no record for
     /// this long (wall clock), its event time moves forward with the wall
     /// clock, so an idle partition still closes its event-time folds and
     /// windows. Unset: event time moves only with records.
     #[serde(default)]
-    pub idle_advance: Option<HumanDuration>,
+    pub(crate) idle_advance: Option<HumanDuration>,
 }
 
 fn default_state_dir() -> PathBuf {
@@ -237,7 +237,7 @@ impl Default for ProcessingConfig {
 impl ProcessingConfig {
     /// Problems with these settings, as (field, message). The retry
     /// settings are checked with the sources' ([`RetryConfig::problems`]).
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         [
             ("commit_interval", self.commit_interval()),
             ("punctuation_interval", self.punctuation_interval),
@@ -249,7 +249,7 @@ impl ProcessingConfig {
         .collect()
     }
 
-    pub fn commit_interval(&self) -> HumanDuration {
+    pub(crate) fn commit_interval(&self) -> HumanDuration {
         self.commit_interval.unwrap_or(match self.guarantee {
             Guarantee::ExactlyOnce => HumanDuration::from_millis(100),
             Guarantee::AtLeastOnce => HumanDuration::from_secs(5),
@@ -263,23 +263,23 @@ impl ProcessingConfig {
 /// back once the cause is fixed.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
-pub struct RetryConfig {
+pub(crate) struct RetryConfig {
     /// Attempts in all, the first included (1: no retry).
     #[serde(default = "default_max_attempts")]
-    pub max_attempts: NonZeroU32,
+    pub(crate) max_attempts: NonZeroU32,
     /// Wait before the second attempt.
     #[serde(default = "default_initial_backoff")]
-    pub initial_backoff: HumanDuration,
+    pub(crate) initial_backoff: HumanDuration,
     /// Longest wait between two attempts.
     #[serde(default = "default_max_backoff")]
-    pub max_backoff: HumanDuration,
+    pub(crate) max_backoff: HumanDuration,
     /// Factor applied to the wait after each attempt (at least 1).
     #[serde(default = "default_multiplier")]
-    pub multiplier: f64,
+    pub(crate) multiplier: f64,
     /// Random share of each wait added or removed, 0 to 1, so instances do
     /// not retry in step.
     #[serde(default = "default_jitter")]
-    pub jitter: f64,
+    pub(crate) jitter: f64,
 }
 
 fn default_max_attempts() -> NonZeroU32 {
@@ -318,7 +318,7 @@ impl RetryConfig {
     /// The longest the retries of one record can take, saturating at
     /// `Duration::MAX`. Settings [`Self::problems`] rejects (a jitter or
     /// multiplier that is not a number) count as their worst.
-    pub fn worst_case(&self) -> Duration {
+    pub(crate) fn worst_case(&self) -> Duration {
         let jitter = if self.jitter.is_nan() {
             1.0
         } else {
@@ -350,7 +350,7 @@ impl RetryConfig {
 
     /// Why these retries cannot run within a transaction of `timeout`:
     /// they block processing, so they must end well within it.
-    pub fn timeout_problem(&self, timeout: Duration) -> Option<String> {
+    pub(crate) fn timeout_problem(&self, timeout: Duration) -> Option<String> {
         let worst = self.worst_case();
         (worst > timeout / 2).then(|| {
             format!(
@@ -362,7 +362,7 @@ impl RetryConfig {
     }
 
     /// Problems with these settings, as (field, message).
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         if !(self.multiplier >= 1.0 && self.multiplier.is_finite()) {
             out.push((
@@ -392,7 +392,7 @@ impl RetryConfig {
 /// Encoding of record values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Format {
+pub(crate) enum Format {
     /// UTF-8 JSON.
     #[default]
     Json,
@@ -404,7 +404,7 @@ pub enum Format {
 /// Encoding of record keys.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum KeyFormat {
+pub(crate) enum KeyFormat {
     /// UTF-8 text (the common case: `account_1`).
     #[default]
     String,
@@ -423,7 +423,7 @@ pub enum KeyFormat {
 /// Where to start reading a partition that has no committed offset.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum OffsetReset {
+pub(crate) enum OffsetReset {
     #[default]
     Earliest,
     Latest,
@@ -437,74 +437,74 @@ pub struct SourceConfig {
     pub topic: String,
     /// Value encoding.
     #[serde(default)]
-    pub format: Format,
+    pub(crate) format: Format,
     /// Key encoding.
     #[serde(default)]
-    pub key_format: KeyFormat,
+    pub(crate) key_format: KeyFormat,
     /// Field holding the record's event time (epoch milliseconds or an
     /// RFC 3339 string). Defaults to the Kafka record timestamp.
     #[serde(default)]
-    pub timestamp: Option<JsonPointer>,
+    pub(crate) timestamp: Option<JsonPointer>,
     /// Where to start when the group has no committed offset.
     #[serde(default)]
-    pub offset_reset: OffsetReset,
+    pub(crate) offset_reset: OffsetReset,
     /// Avro only: the reader schema, an `.avsc` file (relative to the
     /// directory streamfold runs in). Records are decoded with the schema
     /// whose id they carry and resolved to this one, so producers may evolve
     /// their schema compatibly. Without it, records read as written.
     #[serde(default)]
-    pub schema: Option<PathBuf>,
+    pub(crate) schema: Option<PathBuf>,
     /// Retries of external failures while decoding this source's records;
     /// defaults to `processing.retry`.
     #[serde(default)]
-    pub retry: Option<RetryConfig>,
+    pub(crate) retry: Option<RetryConfig>,
 }
 
 /// An output topic.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
-pub struct SinkConfig {
+pub(crate) struct SinkConfig {
     /// Kafka topic to write.
-    pub topic: String,
+    pub(crate) topic: String,
     /// What feeds this sink: a node or source name.
-    pub input: Inputs,
+    pub(crate) input: Inputs,
     /// Value encoding.
     #[serde(default)]
-    pub format: Format,
+    pub(crate) format: Format,
     /// Key encoding.
     #[serde(default)]
-    pub key_format: KeyFormat,
+    pub(crate) key_format: KeyFormat,
     /// Create the topic at startup if it does not exist (otherwise a
     /// missing topic is a startup error).
     #[serde(default)]
-    pub create: bool,
+    pub(crate) create: bool,
     /// Partitions when created; defaults to the sources' partition count.
     /// Only with `create: true`.
     #[serde(default)]
-    pub partitions: Option<NonZeroU32>,
+    pub(crate) partitions: Option<NonZeroU32>,
     /// Create the topic compacted (`cleanup.policy=compact`), for read
     /// models and checkpoints keyed by entity. Only with `create: true`.
     #[serde(default)]
-    pub compact: bool,
+    pub(crate) compact: bool,
     /// Avro only (required): the `.avsc` file values are written with,
     /// relative to the directory streamfold runs in.
     #[serde(default)]
-    pub schema: Option<PathBuf>,
+    pub(crate) schema: Option<PathBuf>,
     /// With `key_format: avro` (required): the `.avsc` file keys are written
     /// with.
     #[serde(default)]
-    pub key_schema: Option<PathBuf>,
+    pub(crate) key_schema: Option<PathBuf>,
     /// Avro only. `true` (default): register the schema under the subject
     /// `<topic>-value` (and `<topic>-key`) at startup. `false`: use the
     /// subject's latest registered version, which must exist.
     #[serde(default)]
-    pub register: Option<bool>,
+    pub(crate) register: Option<bool>,
 }
 
 impl SinkConfig {
     /// Problems with these settings, as (field, message): the formats and
     /// schemas are checked with the sources' and the registry.
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         if self.create {
             return Vec::new();
         }
@@ -527,9 +527,9 @@ impl SinkConfig {
 /// The dead-letter topic.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
-pub struct DeadLetterConfig {
+pub(crate) struct DeadLetterConfig {
     /// Kafka topic for dead letters; created at startup when missing.
-    pub topic: String,
+    pub(crate) topic: String,
 }
 
 /// Fields every node has, beside its `type` and the operator's own options.
@@ -538,7 +538,7 @@ pub struct DeadLetterConfig {
 pub struct NodeCommon {
     /// What feeds this node: a source or node name (`node.output` for a
     /// node with named outputs), or a list of them.
-    pub input: Inputs,
+    pub(crate) input: Inputs,
     /// Group by this field of the value instead of the record key. The
     /// runtime routes records through the internal topic
     /// `<name>-<node>-repartition` so each group lives on one task.
@@ -546,19 +546,19 @@ pub struct NodeCommon {
     pub key_by: Option<JsonPointer>,
     /// Free text shown by `streamfold describe`.
     #[serde(default)]
-    pub description: Option<String>,
+    pub(crate) description: Option<String>,
 }
 
 /// Names of the [`NodeCommon`] fields, which the loader reads apart from
 /// the operator's own options.
-pub const NODE_COMMON_FIELDS: &[&str] = &["type", "input", "key_by", "description"];
+pub(crate) const NODE_COMMON_FIELDS: &[&str] = &["type", "input", "key_by", "description"];
 
 /// A node: the common fields plus one operator, chosen by `type`.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[schemars(extend("unevaluatedProperties" = false))]
-pub struct NodeConfig {
+pub(crate) struct NodeConfig {
     #[serde(flatten)]
-    pub common: NodeCommon,
+    pub(crate) common: NodeCommon,
     #[serde(flatten)]
-    pub kind: NodeKind,
+    pub(crate) kind: NodeKind,
 }

@@ -42,20 +42,20 @@ pub struct SecurityConfig {
     /// other settings: `sasl` and `tls` give `sasl_ssl`, `sasl` alone
     /// `sasl_plaintext`, `tls` alone `ssl`.
     #[serde(default)]
-    pub protocol: Option<SecurityProtocol>,
+    pub(crate) protocol: Option<SecurityProtocol>,
     /// SASL authentication with a user name and password.
     #[serde(default)]
-    pub sasl: Option<SaslConfig>,
+    pub(crate) sasl: Option<SaslConfig>,
     /// TLS: which certificate authority to trust, and the client's own
     /// certificate for mutual TLS.
     #[serde(default)]
-    pub tls: Option<TlsConfig>,
+    pub(crate) tls: Option<TlsConfig>,
 }
 
 /// librdkafka `security.protocol`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum SecurityProtocol {
+pub(crate) enum SecurityProtocol {
     /// No TLS, no SASL.
     #[serde(alias = "PLAINTEXT")]
     Plaintext,
@@ -72,7 +72,7 @@ pub enum SecurityProtocol {
 
 impl SecurityProtocol {
     /// The librdkafka value.
-    pub fn as_librdkafka(self) -> &'static str {
+    pub(crate) fn as_librdkafka(self) -> &'static str {
         match self {
             SecurityProtocol::Plaintext => "plaintext",
             SecurityProtocol::Ssl => "ssl",
@@ -96,19 +96,19 @@ impl SecurityProtocol {
 /// SASL with a user name and password.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
-pub struct SaslConfig {
+pub(crate) struct SaslConfig {
     /// librdkafka `sasl.mechanisms`.
-    pub mechanism: SaslMechanism,
+    pub(crate) mechanism: SaslMechanism,
     /// librdkafka `sasl.username`.
-    pub username: String,
+    pub(crate) username: String,
     /// librdkafka `sasl.password`. Write `${VAR}` rather than the password
     /// itself; it is shown as `***` and masked in logs and errors.
-    pub password: Secret,
+    pub(crate) password: Secret,
 }
 
 /// A SASL mechanism that authenticates with a user name and password.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-pub enum SaslMechanism {
+pub(crate) enum SaslMechanism {
     /// The password itself is sent: use it only over TLS (`sasl_ssl`).
     #[serde(rename = "PLAIN", alias = "plain")]
     Plain,
@@ -120,7 +120,7 @@ pub enum SaslMechanism {
 
 impl SaslMechanism {
     /// The librdkafka (and IANA) name.
-    pub fn as_librdkafka(self) -> &'static str {
+    pub(crate) fn as_librdkafka(self) -> &'static str {
         match self {
             SaslMechanism::Plain => "PLAIN",
             SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
@@ -132,34 +132,34 @@ impl SaslMechanism {
 /// TLS settings. Paths are relative to the directory streamfold runs in.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
-pub struct TlsConfig {
+pub(crate) struct TlsConfig {
     /// PEM file of the certificate authorities that signed the brokers'
     /// certificates (librdkafka `ssl.ca.location`). Defaults to the
     /// system's trusted authorities.
     #[serde(default)]
-    pub ca: Option<PathBuf>,
+    pub(crate) ca: Option<PathBuf>,
     /// PEM file of this client's certificate, for mutual TLS (librdkafka
     /// `ssl.certificate.location`). Requires `key`.
     #[serde(default)]
-    pub certificate: Option<PathBuf>,
+    pub(crate) certificate: Option<PathBuf>,
     /// PEM file of this client's private key (librdkafka
     /// `ssl.key.location`). Requires `certificate`.
     #[serde(default)]
-    pub key: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
     /// Password of an encrypted `key` (librdkafka `ssl.key.password`).
     #[serde(default)]
-    pub key_password: Option<Secret>,
+    pub(crate) key_password: Option<Secret>,
     /// Check that a broker's certificate names the host connected to
     /// (librdkafka `ssl.endpoint.identification.algorithm`: `https`, or
     /// `none` when false).
     #[serde(default = "default_true")]
-    pub verify_hostname: bool,
+    pub(crate) verify_hostname: bool,
     /// Verify brokers' certificates at all (librdkafka
     /// `enable.ssl.certificate.verification`). `false` accepts any
     /// certificate, so anyone in the middle can read the traffic: for
     /// local experiments only.
     #[serde(default = "default_true")]
-    pub verify_certificate: bool,
+    pub(crate) verify_certificate: bool,
 }
 
 fn default_true() -> bool {
@@ -168,7 +168,7 @@ fn default_true() -> bool {
 
 impl SecurityConfig {
     /// The protocol given, or the one the settings imply.
-    pub fn effective_protocol(&self) -> SecurityProtocol {
+    pub(crate) fn effective_protocol(&self) -> SecurityProtocol {
         self.protocol
             .unwrap_or(match (self.sasl.is_some(), self.tls.is_some()) {
                 (true, true) => SecurityProtocol::SaslSsl,
@@ -179,7 +179,7 @@ impl SecurityConfig {
     }
 
     /// The librdkafka properties these settings stand for.
-    pub fn properties(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn properties(&self) -> Vec<(&'static str, String)> {
         let mut out = vec![(
             "security.protocol",
             self.effective_protocol().as_librdkafka().to_string(),
@@ -215,7 +215,7 @@ impl SecurityConfig {
 
     /// What is wrong with these settings, as (path below
     /// `kafka.security`, message).
-    pub fn problems(&self) -> Vec<(Vec<&'static str>, String)> {
+    pub(crate) fn problems(&self) -> Vec<(Vec<&'static str>, String)> {
         let mut out = Vec::new();
         if let Some(given) = self.protocol {
             let name = given.as_librdkafka();
@@ -304,7 +304,7 @@ impl KafkaConfig {
     /// Problems of `security`, and properties set both by `security` and
     /// by `properties`, `consumer` or `producer`, as (path below `kafka`,
     /// message).
-    pub fn security_problems(&self) -> Vec<(Vec<String>, String)> {
+    pub(crate) fn security_problems(&self) -> Vec<(Vec<String>, String)> {
         let Some(security) = &self.security else {
             return Vec::new();
         };

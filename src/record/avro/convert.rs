@@ -16,7 +16,7 @@ use serde_json::{Map, Number, Value};
 use crate::record::json;
 
 /// `record com.example.Folded`, `array of string`, ... for messages.
-pub fn describe(schema: &Schema) -> String {
+pub(crate) fn describe(schema: &Schema) -> String {
     match schema {
         Schema::Record(r) => format!("record `{}`", r.name),
         Schema::Enum(e) => format!("enum `{}`", e.name),

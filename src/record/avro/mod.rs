@@ -38,11 +38,11 @@ use apache_avro::types::Value as Avro;
 use apache_avro::writer::datum::GenericDatumWriter;
 use serde_json::Value;
 
-pub use self::convert::describe;
+pub(crate) use self::convert::describe;
 use self::convert::{At, to_avro, to_json};
 
 /// The first byte of a Confluent-framed record.
-pub const MAGIC_BYTE: u8 = 0;
+pub(crate) const MAGIC_BYTE: u8 = 0;
 
 /// `0`, the schema id, then `body`: what a Confluent serializer writes.
 pub fn frame(id: u32, body: &[u8]) -> Vec<u8> {
@@ -107,23 +107,23 @@ impl AvroSchema {
         })
     }
 
-    pub fn root(&self) -> &Schema {
+    pub(crate) fn root(&self) -> &Schema {
         &self.root
     }
 
     /// The schema as compact JSON, for registering it.
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 
     /// Avro's Parsing Canonical Form: equal for schemas that read and write
     /// the same bytes.
-    pub fn canonical_form(&self) -> String {
+    pub(crate) fn canonical_form(&self) -> String {
         self.root().canonical_form()
     }
 
     /// `record com.example.Folded`, `string`, ... for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         describe(self.root())
     }
 
@@ -163,7 +163,7 @@ impl AvroSchema {
     /// Reads an Avro body written with this schema and resolves it to
     /// `reader` (Avro schema resolution: defaults for new fields, promoted
     /// numbers, fields the reader does not know dropped).
-    pub fn decode_as(&self, body: &[u8], reader: &AvroSchema) -> Result<Value, String> {
+    pub(crate) fn decode_as(&self, body: &[u8], reader: &AvroSchema) -> Result<Value, String> {
         let avro = self.read(body)?;
         let resolved = avro
             .resolve_with_names(reader.root(), reader.names())

@@ -66,9 +66,9 @@ pub enum FaultAction {
 /// (default: the first) the cycle reaches `point`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fault {
-    pub point: FaultPoint,
-    pub action: FaultAction,
-    pub nth: u32,
+    pub(crate) point: FaultPoint,
+    pub(crate) action: FaultAction,
+    pub(crate) nth: u32,
 }
 
 impl FromStr for Fault {

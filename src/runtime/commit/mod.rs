@@ -107,14 +107,14 @@ pub enum CommitError {
 /// Delivery reports: the highest offset produced per tracked partition,
 /// the first failure, and the records the broker refused as too large.
 #[derive(Default)]
-pub struct Deliveries {
+pub(crate) struct Deliveries {
     offsets: HashMap<(usize, i32), i64>,
     failure: Option<String>,
     /// Topic and [`record_size`] of each record refused as too large.
     refused: Vec<(String, usize)>,
 }
 
-pub struct DeliveryContext {
+pub(crate) struct DeliveryContext {
     deliveries: Mutex<Deliveries>,
 }
 
@@ -164,19 +164,19 @@ impl ProducerContext for DeliveryContext {
 }
 
 /// One record to produce.
-pub struct Produce<'a> {
-    pub topic: &'a str,
-    pub partition: Option<i32>,
-    pub key: Option<&'a [u8]>,
-    pub payload: Option<&'a [u8]>,
-    pub headers: &'a [(String, Vec<u8>)],
-    pub timestamp: Option<i64>,
+pub(crate) struct Produce<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partition: Option<i32>,
+    pub(crate) key: Option<&'a [u8]>,
+    pub(crate) payload: Option<&'a [u8]>,
+    pub(crate) headers: &'a [(String, Vec<u8>)],
+    pub(crate) timestamp: Option<i64>,
     /// Tracked topic index (see [`Transactions::track`]), 0 if untracked.
-    pub tracked: usize,
+    pub(crate) tracked: usize,
 }
 
 /// The producer and the transaction state of one instance.
-pub struct Transactions {
+pub(crate) struct Transactions {
     producer: BaseProducer<DeliveryContext>,
     exactly_once: bool,
     in_transaction: bool,
@@ -192,8 +192,8 @@ pub struct Transactions {
     tracked: Vec<String>,
     /// What the producer and each topic accept ([`crate::task::limits`]).
     limits: Limits,
-    pub committed: u64,
-    pub aborted: u64,
+    pub(crate) committed: u64,
+    pub(crate) aborted: u64,
 }
 
 fn is_fatal(error: &KafkaError) -> bool {
@@ -231,7 +231,7 @@ impl Transactions {
     /// write, as far as the cluster reported them: no batch of several
     /// records is made larger than the smallest (`batch.size`), and
     /// [`Transactions::check_size`] measures records against them.
-    pub fn new(
+    pub(crate) fn new(
         config: &ClientConfig,
         exactly_once: bool,
         hooks: &TestHooks,
@@ -293,7 +293,7 @@ impl Transactions {
 
     /// Whether `record` fits its topic; a record that does not must not be
     /// sent (it would fail the transaction, and its replay again).
-    pub fn check_size(&self, record: &Produce<'_>) -> Result<(), TooLarge> {
+    pub(crate) fn check_size(&self, record: &Produce<'_>) -> Result<(), TooLarge> {
         self.limits.check(
             record.topic,
             record_size(record.key, record.payload, record.headers),
@@ -302,7 +302,7 @@ impl Transactions {
 
     /// Sends `letter` to the dead-letter topic `topic`, its payload cut to
     /// fit the topic when it is too large ([`Limits::fit_dead_letter`]).
-    pub fn send_dead_letter(
+    pub(crate) fn send_dead_letter(
         &mut self,
         topic: &str,
         letter: &DeadLetter,
@@ -401,7 +401,7 @@ impl Transactions {
 
     /// Registers a topic whose delivered offsets are reported at commit;
     /// returns its index for [`Produce::tracked`].
-    pub fn track(&mut self, topic: &str) -> usize {
+    pub(crate) fn track(&mut self, topic: &str) -> usize {
         match self.tracked.iter().position(|t| t == topic) {
             Some(i) => i,
             None => {
@@ -412,16 +412,16 @@ impl Transactions {
     }
 
     /// Identifies this producer's run in `streamfold.txn` headers and logs.
-    pub fn run_id(&self) -> &str {
+    pub(crate) fn run_id(&self) -> &str {
         &self.run_id
     }
 
-    pub fn in_transaction(&self) -> bool {
+    pub(crate) fn in_transaction(&self) -> bool {
         self.in_transaction
     }
 
     /// The `streamfold.txn` value of the current transaction.
-    pub fn txn_label(&self) -> String {
+    pub(crate) fn txn_label(&self) -> String {
         format!("{}:{}", self.run_id, self.sequence)
     }
 
@@ -435,19 +435,19 @@ impl Transactions {
     }
 
     /// Journals the group's committed offsets as a new task read them.
-    pub fn journal_fetched(&mut self, offsets: &TopicPartitionList) {
+    pub(crate) fn journal_fetched(&mut self, offsets: &TopicPartitionList) {
         if let Some(journal) = &mut self.journal {
             journal.offsets("fetched", &self.run_id, offsets);
         }
     }
 
     /// Reaches `point` of the cycle: an injected fault there fires.
-    pub fn fault(&mut self, point: FaultPoint) -> Result<(), CommitError> {
+    pub(crate) fn fault(&mut self, point: FaultPoint) -> Result<(), CommitError> {
         self.faults.check(point)
     }
 
     /// Starts a transaction if none is open (a no-op at least once).
-    pub fn begin(&mut self) -> Result<(), CommitError> {
+    pub(crate) fn begin(&mut self) -> Result<(), CommitError> {
         if self.in_transaction {
             return Ok(());
         }
@@ -465,7 +465,7 @@ impl Transactions {
 
     /// Produces one record in the current transaction, waiting for queue
     /// space if the producer is full.
-    pub fn send(&mut self, record: Produce<'_>) -> Result<(), CommitError> {
+    pub(crate) fn send(&mut self, record: Produce<'_>) -> Result<(), CommitError> {
         self.begin()?;
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 1);
         for (key, value) in record.headers {
@@ -519,7 +519,7 @@ impl Transactions {
     }
 
     /// Serves delivery reports without blocking.
-    pub fn poll(&self) {
+    pub(crate) fn poll(&self) {
         self.producer.poll(Duration::ZERO);
     }
 
@@ -530,7 +530,7 @@ impl Transactions {
     ///
     /// The offsets go after the flush, not beside it, because they name
     /// where this transaction's changelog records end ([`super::changelog`]).
-    pub fn commit<C: ConsumerContext>(
+    pub(crate) fn commit<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
         offsets: impl FnOnce(&HashMap<(String, i32), i64>) -> TopicPartitionList,
@@ -676,7 +676,7 @@ impl Transactions {
     /// librdkafka's internal abort flag it leaves gaps in the idempotent
     /// producer's sequence numbers, and the next transaction fails with
     /// OUT_OF_ORDER_SEQUENCE_NUMBER.)
-    pub fn abort(&mut self) -> Result<(), CommitError> {
+    pub(crate) fn abort(&mut self) -> Result<(), CommitError> {
         if !self.in_transaction {
             return Ok(());
         }
@@ -716,35 +716,35 @@ impl Transactions {
     }
 
     /// Flushes outstanding records (shutdown at least once).
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         let _ = self.producer.flush(TXN_TIMEOUT);
     }
 }
 
 /// Where one task stands in the cycle.
 #[derive(Clone, Debug, Default)]
-pub struct TaskCursor {
+pub(crate) struct TaskCursor {
     /// Next offset to read, per input (index into the cycle's inputs).
-    pub positions: Vec<Option<i64>>,
+    pub(crate) positions: Vec<Option<i64>>,
     /// Positions as of the last commit (to rewind to on abort).
-    pub committed: Vec<Option<i64>>,
+    pub(crate) committed: Vec<Option<i64>>,
     /// Next changelog offset per changelog topic, stored with the state.
-    pub changelog_offsets: ChangelogOffsets,
+    pub(crate) changelog_offsets: ChangelogOffsets,
 }
 
 /// One task as the cycle sees it.
-pub struct CycleTask<'a> {
-    pub id: i32,
-    pub task: &'a mut Task,
-    pub cursor: &'a mut TaskCursor,
+pub(crate) struct CycleTask<'a> {
+    pub(crate) id: i32,
+    pub(crate) task: &'a mut Task,
+    pub(crate) cursor: &'a mut TaskCursor,
     /// Restoring tasks hold nothing to commit and are not rewound.
-    pub running: bool,
+    pub(crate) running: bool,
 }
 
 /// The commit cycle of the processing loop: the producer, and the topics
 /// whose positions and changelogs it commits.
-pub struct CommitCycle {
-    pub txn: Transactions,
+pub(crate) struct CommitCycle {
+    pub(crate) txn: Transactions,
     /// Input topics, in the order of [`TaskCursor::positions`].
     inputs: Vec<String>,
     /// Store index → changelog topic and its tracked index.
@@ -759,7 +759,7 @@ pub struct CommitCycle {
 
 impl CommitCycle {
     /// The cycle of `topology`'s stores over `inputs`.
-    pub fn new(
+    pub(crate) fn new(
         mut txn: Transactions,
         inputs: Vec<String>,
         topology: &Topology,
@@ -818,7 +818,7 @@ impl CommitCycle {
     /// Commits the open transaction with the tasks' changelogs and
     /// positions, then applies their state. An `Aborted` error leaves the
     /// transaction open for [`CommitCycle::rewind`].
-    pub fn commit<C: ConsumerContext>(
+    pub(crate) fn commit<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
         tasks: Vec<CycleTask<'_>>,
@@ -963,7 +963,7 @@ impl CommitCycle {
     /// Aborts the open transaction and returns every task to its last
     /// commit: state, timers and clocks ([`Task::abort`]), and the
     /// consumer's positions.
-    pub fn rewind<C: ConsumerContext>(
+    pub(crate) fn rewind<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
         tasks: Vec<CycleTask<'_>>,
@@ -981,7 +981,7 @@ impl CommitCycle {
 
     /// Seeks task `task`'s inputs to its committed offsets (the source's
     /// reset policy where it has none), and makes them its positions.
-    pub fn seek_to_committed<C: ConsumerContext>(
+    pub(crate) fn seek_to_committed<C: ConsumerContext>(
         &self,
         consumer: &BaseConsumer<C>,
         task: i32,
@@ -997,7 +997,9 @@ impl CommitCycle {
 }
 
 /// The offsets list for `send_offsets_to_transaction`.
-pub fn offsets_list(positions: impl IntoIterator<Item = (String, i32, i64)>) -> TopicPartitionList {
+pub(crate) fn offsets_list(
+    positions: impl IntoIterator<Item = (String, i32, i64)>,
+) -> TopicPartitionList {
     let mut list = TopicPartitionList::new();
     for (topic, partition, offset) in positions {
         // Adding to a fresh list cannot fail for a valid offset.

@@ -31,24 +31,24 @@ use super::QueryState;
 use crate::runtime::RuntimeError;
 
 /// How often an instance republishes its entry even when nothing changed.
-pub const REFRESH: Duration = Duration::from_secs(30);
+pub(crate) const REFRESH: Duration = Duration::from_secs(30);
 
 /// The directory topic of app `app`.
-pub fn topic(app: &str) -> String {
+pub(crate) fn topic(app: &str) -> String {
     format!("{app}-query-endpoints")
 }
 
 /// One instance's entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// Where the instance answers queries (`host:port`).
-    pub address: String,
+    pub(crate) address: String,
     /// Tasks it runs (restoring ones are not listed).
-    pub running: Vec<i32>,
+    pub(crate) running: Vec<i32>,
     /// When it was published (ms since the epoch): of two claims on a
     /// task, the newer is the task's current owner (the older may be an
     /// instance that died without withdrawing its entry).
-    pub at: i64,
+    pub(crate) at: i64,
 }
 
 /// The other instances' entries, by instance id.
@@ -59,7 +59,7 @@ pub struct Directory {
 
 impl Directory {
     /// The address of another instance that runs `task`.
-    pub fn owner(&self, task: i32, me: &str) -> Option<String> {
+    pub(crate) fn owner(&self, task: i32, me: &str) -> Option<String> {
         let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
         entries
             .iter()
@@ -78,7 +78,7 @@ impl Directory {
 }
 
 /// Creates the directory topic if it is missing.
-pub fn ensure_topic(config: &ClientConfig, app: &str) -> Result<(), RuntimeError> {
+pub(crate) fn ensure_topic(config: &ClientConfig, app: &str) -> Result<(), RuntimeError> {
     let admin: AdminClient<DefaultClientContext> = config.create()?;
     let name = topic(app);
     let new = NewTopic::new(&name, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
@@ -103,13 +103,13 @@ pub fn ensure_topic(config: &ClientConfig, app: &str) -> Result<(), RuntimeError
 
 /// Publishes this instance's entry and tails everyone's, on a thread,
 /// until [`Advertiser::stop`].
-pub struct Advertiser {
+pub(crate) struct Advertiser {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Advertiser {
-    pub fn start(
+    pub(crate) fn start(
         config: &ClientConfig,
         app: &str,
         instance: String,
@@ -188,7 +188,7 @@ impl Advertiser {
     }
 
     /// Publishes that this instance runs nothing and stops.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

@@ -31,19 +31,19 @@ use crate::state::prefix_end;
 use crate::topology::Topology;
 
 /// The most entries one scan returns.
-pub const MAX_SCAN_LIMIT: usize = 10_000;
+pub(crate) const MAX_SCAN_LIMIT: usize = 10_000;
 
 /// A store `run --query-addr` serves.
 #[derive(Clone, Debug)]
 pub struct QueryableStore {
     /// `<node>-<store>`: the URL's store name and the column family.
     pub name: String,
-    pub node: usize,
+    pub(crate) node: usize,
     /// With `key_by`, the runtime routes keys with [`crate::task::partitioner`]
     /// through a repartition topic, so a key's task is known; otherwise a
     /// key lives on whichever partition its producer chose, and lookups
     /// ask every task.
-    pub routed: bool,
+    pub(crate) routed: bool,
 }
 
 /// The stores of `topology` that answer queries, in topology order.
@@ -88,7 +88,7 @@ impl fmt::Debug for QueryState {
 
 /// Why a task's store could not be read here.
 #[derive(Debug, PartialEq, Eq)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// The task restores here, or is not a task of this instance.
     Unavailable(Local),
     /// RocksDB failed, or the stored value is not JSON.
@@ -96,12 +96,12 @@ pub enum ReadError {
 }
 
 /// Entries read from a store: key bytes and stored JSON.
-pub type ReadEntries = Vec<(Vec<u8>, Value)>;
+pub(crate) type ReadEntries = Vec<(Vec<u8>, Value)>;
 
-/// Where a task of this instance stands.
+/// Why a task's state is not readable here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Local {
-    Running,
+pub(crate) enum Local {
+    /// The task is restoring its state here.
     Restoring,
     /// Not a task of this instance.
     Absent,
@@ -129,7 +129,7 @@ impl QueryState {
             .store(u64::try_from(partitions).unwrap_or(0), Ordering::Relaxed);
     }
 
-    pub fn partitions(&self) -> i32 {
+    pub(crate) fn partitions(&self) -> i32 {
         i32::try_from(self.partitions.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
@@ -150,7 +150,7 @@ impl QueryState {
     }
 
     /// A task's database is about to close. Waits for reads in flight.
-    pub fn closing(&self, task: i32, db: &Arc<DB>) {
+    pub(crate) fn closing(&self, task: i32, db: &Arc<DB>) {
         let mut tasks = self.write();
         // A reopened task (wiped state) registered its new database
         // already; only the entry of this one goes.
@@ -160,12 +160,12 @@ impl QueryState {
         }
     }
 
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Relaxed)
     }
 
     /// Tasks that run here, in order.
-    pub fn running(&self) -> Vec<i32> {
+    pub(crate) fn running(&self) -> Vec<i32> {
         self.read()
             .iter()
             .filter(|(_, e)| e.running)
@@ -173,17 +173,14 @@ impl QueryState {
             .collect()
     }
 
-    pub fn local(&self, task: i32) -> Local {
-        match self.read().get(&task) {
-            Some(e) if e.running => Local::Running,
-            Some(_) => Local::Restoring,
-            None => Local::Absent,
-        }
-    }
-
     /// The committed value of `key` in `store` of `task`, if the task runs
     /// here (`Err(local)` otherwise).
-    pub fn get(&self, task: i32, store: &str, key: &[u8]) -> Result<Option<Value>, ReadError> {
+    pub(crate) fn get(
+        &self,
+        task: i32,
+        store: &str,
+        key: &[u8],
+    ) -> Result<Option<Value>, ReadError> {
         let tasks = self.read();
         let entry = running_entry(&tasks, task)?;
         let Some(cf) = entry.db.cf_handle(store) else {
@@ -202,7 +199,7 @@ impl QueryState {
 
     /// Up to `limit` committed entries of `store` of `task` whose key starts
     /// with `prefix`, in key order.
-    pub fn scan(
+    pub(crate) fn scan(
         &self,
         task: i32,
         store: &str,
@@ -244,14 +241,14 @@ fn running_entry(tasks: &BTreeMap<i32, TaskEntry>, task: i32) -> Result<&TaskEnt
 }
 
 /// The query server and the endpoint advertiser of `--query-addr`.
-pub struct Queries {
-    pub state: Arc<QueryState>,
+pub(crate) struct Queries {
+    pub(crate) state: Arc<QueryState>,
     server: server::QueryServer,
     advertiser: endpoints::Advertiser,
 }
 
 impl Queries {
-    pub fn start(
+    pub(crate) fn start(
         topology: &Arc<Topology>,
         options: &RunOptions,
         addr: std::net::SocketAddr,
@@ -297,7 +294,7 @@ impl Queries {
         })
     }
 
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         self.advertiser.stop();
         self.server.stop();
     }
@@ -360,7 +357,10 @@ mod tests {
             ReadError::Unavailable(Local::Absent)
         );
         drop(db);
-        assert_eq!(state.local(3), Local::Absent);
+        assert_eq!(
+            state.get(3, "n-latest", b"a1").unwrap_err(),
+            ReadError::Unavailable(Local::Absent)
+        );
         // The database closed with the backend: it opens again at once.
         let _again = backend(dir.path(), &state, 3);
     }

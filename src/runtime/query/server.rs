@@ -40,7 +40,7 @@ use crate::task::partitioner::partition_for;
 use crate::topology::Topology;
 
 /// Marks a request one instance forwarded to another.
-pub const FORWARDED: &str = "x-streamfold-forwarded";
+pub(crate) const FORWARDED: &str = "x-streamfold-forwarded";
 
 /// Entries a scan returns when the request names no `limit`.
 const DEFAULT_SCAN_LIMIT: usize = 100;
@@ -50,10 +50,10 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Everything a request needs.
 pub struct Context {
-    pub topology: Arc<Topology>,
-    pub instance: String,
-    pub state: Arc<QueryState>,
-    pub directory: Arc<Directory>,
+    pub(crate) topology: Arc<Topology>,
+    pub(crate) instance: String,
+    pub(crate) state: Arc<QueryState>,
+    pub(crate) directory: Arc<Directory>,
     stores: Vec<QueryableStore>,
     client: Client<HttpConnector, Empty<Bytes>>,
 }
