@@ -322,7 +322,11 @@ fn exported_metrics() -> BTreeSet<String> {
     let telemetry = read(&root().join("src/telemetry/mod.rs"));
     let mut constants = HashMap::new();
     for line in telemetry.lines() {
-        let Some(rest) = line.trim().strip_prefix("pub const ") else {
+        let line = line.trim();
+        let Some(rest) = line
+            .strip_prefix("pub const ")
+            .or_else(|| line.strip_prefix("pub(crate) const "))
+        else {
             continue;
         };
         let Some((name, value)) = rest.split_once(": &str = \"") else {

@@ -179,7 +179,14 @@ enum Slot<V> {
 struct Overlay<V> {
     name: String,
     slots: BTreeMap<Box<[u8]>, Slot<V>>,
+    /// Keys whose slot became dirty or deleted since the last commit (a key
+    /// appears again after a `forget`), so a commit costs what was written,
+    /// not what is cached.
+    written: Vec<Box<[u8]>>,
     dirty: usize,
+    /// Where the next eviction of clean entries starts: evictions sweep the
+    /// key space round by round instead of dropping the cache at once.
+    evict_from: Box<[u8]>,
     /// Whether committed entries stay as a read cache (see
     /// [`StateSet::declare_uncached`]).
     cached: bool,
@@ -194,15 +201,47 @@ trait ErasedOverlay: Send {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
+impl<V> Overlay<V> {
+    /// Drops clean entries beyond `cache_entries`, the next ones in key
+    /// order after the last round's, wrapping around: a full cache loses
+    /// its excess, not everything, and no key range is always the one
+    /// dropped. Called after a commit, when every entry is clean.
+    fn evict(&mut self, cache_entries: usize) {
+        let excess = self.slots.len().saturating_sub(cache_entries);
+        if excess == 0 {
+            return;
+        }
+        let from = Bound::Excluded(&*self.evict_from);
+        let mut victims: Vec<Box<[u8]>> = self
+            .slots
+            .range::<[u8], _>((from, Bound::Unbounded))
+            .chain(self.slots.iter())
+            .filter(|(_, slot)| matches!(slot, Slot::Clean(_)))
+            .map(|(key, _)| key.clone())
+            .take(excess)
+            .collect();
+        for key in &victims {
+            self.slots.remove(key);
+        }
+        if let Some(last) = victims.pop() {
+            self.evict_from = last;
+        }
+    }
+}
+
 impl<V: StateValue> ErasedOverlay for Overlay<V> {
     fn changelog(&self, store: usize, out: &mut Vec<ChangelogEntry>) -> Result<(), StateError> {
         if self.dirty == 0 {
             return Ok(());
         }
-        for (key, slot) in &self.slots {
-            let value = match slot {
-                Slot::Clean(_) => continue,
-                Slot::Dirty(value) => Some(
+        let mut keys: Vec<&[u8]> = self.written.iter().map(|k| &**k).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            let value = match self.slots.get(key) {
+                // Forgotten, or written and forgotten: nothing pending.
+                None | Some(Slot::Clean(_)) => continue,
+                Some(Slot::Dirty(value)) => Some(
                     value
                         .encode()
                         .map_err(|message| StateError::Codec {
@@ -211,11 +250,11 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
                         })?
                         .into_boxed_slice(),
                 ),
-                Slot::Deleted => None,
+                Some(Slot::Deleted) => None,
             };
             out.push(ChangelogEntry {
                 store,
-                key: key.clone(),
+                key: key.into(),
                 value,
             });
         }
@@ -226,23 +265,25 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
         if !self.cached {
             // Everything here was just written to the backend.
             self.slots.clear();
+            self.written.clear();
             self.dirty = 0;
             return;
         }
-        if self.dirty > 0 {
-            self.slots.retain(|_, slot| !matches!(slot, Slot::Deleted));
-            for slot in self.slots.values_mut() {
-                if let Slot::Dirty(_) = slot
-                    && let Slot::Dirty(value) = std::mem::replace(slot, Slot::Deleted)
-                {
-                    *slot = Slot::Clean(value);
+        for key in self.written.drain(..) {
+            match self.slots.get_mut(&key) {
+                Some(Slot::Deleted) => {
+                    self.slots.remove(&key);
                 }
+                Some(slot @ Slot::Dirty(_)) => {
+                    if let Slot::Dirty(value) = std::mem::replace(slot, Slot::Deleted) {
+                        *slot = Slot::Clean(value);
+                    }
+                }
+                None | Some(Slot::Clean(_)) => {}
             }
-            self.dirty = 0;
         }
-        if self.slots.len() > cache_entries {
-            self.slots.clear();
-        }
+        self.dirty = 0;
+        self.evict(cache_entries);
     }
 
     fn forget(&mut self, key: &[u8]) {
@@ -254,10 +295,12 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
     }
 
     fn abort(&mut self) {
-        if self.dirty > 0 {
-            self.slots.retain(|_, slot| matches!(slot, Slot::Clean(_)));
-            self.dirty = 0;
+        for key in self.written.drain(..) {
+            if let Some(Slot::Dirty(_) | Slot::Deleted) = self.slots.get(&key) {
+                self.slots.remove(&key);
+            }
         }
+        self.dirty = 0;
     }
 
     fn dirty(&self) -> usize {
@@ -324,7 +367,9 @@ impl StateSet {
         self.overlays[index] = Some(Box::new(Overlay::<V> {
             name: name.to_string(),
             slots: BTreeMap::new(),
+            written: Vec::new(),
             dirty: 0,
+            evict_from: Box::default(),
             cached,
         }));
         Ok(StoreHandle {
@@ -475,6 +520,7 @@ impl<V: StateValue> StoreView<'_, V> {
         {
             *slot = Slot::Dirty(value);
             self.overlay.dirty += 1;
+            self.overlay.written.push(key.into());
         }
         Ok(match slot {
             Slot::Dirty(v) => Some(v),
@@ -487,12 +533,14 @@ impl<V: StateValue> StoreView<'_, V> {
             Some(slot) => {
                 if matches!(slot, Slot::Clean(_)) {
                     self.overlay.dirty += 1;
+                    self.overlay.written.push(key.into());
                 }
                 *slot = Slot::Dirty(value);
             }
             None => {
                 self.overlay.slots.insert(key.into(), Slot::Dirty(value));
                 self.overlay.dirty += 1;
+                self.overlay.written.push(key.into());
             }
         }
     }
@@ -502,12 +550,14 @@ impl<V: StateValue> StoreView<'_, V> {
             Some(slot) => {
                 if matches!(slot, Slot::Clean(_)) {
                     self.overlay.dirty += 1;
+                    self.overlay.written.push(key.into());
                 }
                 *slot = Slot::Deleted;
             }
             None => {
                 self.overlay.slots.insert(key.into(), Slot::Deleted);
                 self.overlay.dirty += 1;
+                self.overlay.written.push(key.into());
             }
         }
     }
@@ -521,6 +571,7 @@ impl<V: StateValue> StoreView<'_, V> {
         Ok(match previous {
             Some(Slot::Clean(v)) => {
                 self.overlay.dirty += 1;
+                self.overlay.written.push(key.into());
                 Some(v)
             }
             Some(Slot::Dirty(v)) => Some(v),
@@ -850,6 +901,65 @@ mod tests {
             Some(&1),
             "read from the backend"
         );
+    }
+
+    fn overlay(state: &mut StateSet) -> &mut Overlay<u64> {
+        state.overlays[0]
+            .as_mut()
+            .unwrap()
+            .as_any_mut()
+            .downcast_mut::<Overlay<u64>>()
+            .unwrap()
+    }
+
+    /// A commit walks the keys written since the last one, not the cache,
+    /// and a cache over its bound loses its excess, not everything, a
+    /// different range each round.
+    #[test]
+    fn a_commit_costs_what_was_written_and_a_full_cache_loses_only_its_excess() {
+        let (mut state, h) = state();
+        for i in 0..10u64 {
+            state.view(h).put(format!("k{i}").as_bytes(), i);
+        }
+        let entries = state.changelog().unwrap();
+        state.committed(entries, &[]).unwrap();
+        assert!(overlay(&mut state).written.is_empty());
+        assert_eq!(overlay(&mut state).slots.len(), 10, "cached");
+
+        // One key written among ten cached: one changelog entry, one key
+        // tracked, in key order with a deletion and a forgotten write.
+        let mut view = state.view(h);
+        *view.get_mut(b"k3").unwrap().unwrap() = 30;
+        view.delete(b"k1");
+        view.put(b"new", 1);
+        state.forget(0, b"new");
+        assert_eq!(overlay(&mut state).written.len(), 3);
+        let entries = state.changelog().unwrap();
+        let written: Vec<(&[u8], Option<&[u8]>)> = entries
+            .iter()
+            .map(|e| (&*e.key, e.value.as_deref()))
+            .collect();
+        assert_eq!(
+            written,
+            vec![(&b"k1"[..], None), (&b"k3"[..], Some(&b"30"[..]))]
+        );
+
+        // Nine cached (k1 was deleted), the bound is 6: the first three
+        // go.
+        overlay(&mut state).committed(6);
+        let cached = |state: &mut StateSet| -> Vec<String> {
+            overlay(state)
+                .slots
+                .keys()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect()
+        };
+        assert_eq!(cached(&mut state), vec!["k4", "k5", "k6", "k7", "k8", "k9"]);
+        // The next round starts after the last one dropped (k3).
+        state.view(h).get(b"k0").unwrap();
+        state.view(h).get(b"k2").unwrap();
+        overlay(&mut state).committed(6);
+        assert_eq!(cached(&mut state), vec!["k0", "k2", "k6", "k7", "k8", "k9"]);
     }
 
     #[test]
