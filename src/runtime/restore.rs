@@ -56,17 +56,18 @@ const TURN: usize = 2_000;
 const WAIT: Duration = Duration::from_millis(2);
 
 /// librdkafka settings of the restore consumers, unless the topology sets
-/// them: fetch in large responses, keep up to a million records
-/// prefetched per partition, and when the queue was full, fetch again
-/// after 10 ms rather than librdkafka's default of one second (the
-/// setting the processing consumer uses too); an empty fetch at the end
-/// of a changelog returns after 50 ms, so a restore's end is seen soon.
-const FETCH_DEFAULTS: [(&str, &str); 5] = [
+/// them: fetch up to 8 MiB per partition at a time, and when the prefetch
+/// queue was full, fetch again after 10 ms rather than librdkafka's
+/// default of one second (the setting the processing consumer uses too;
+/// with the default, a restore waits on an empty queue for most of every
+/// second); an empty fetch at the end of a changelog returns after 50 ms,
+/// so a restore's end is seen soon. The prefetch queue keeps librdkafka's
+/// size (100,000 records or 64 MiB per partition): it is memory held per
+/// restoring partition.
+const FETCH_DEFAULTS: [(&str, &str); 3] = [
     ("fetch.queue.backoff.ms", "10"),
     ("fetch.wait.max.ms", "50"),
     ("max.partition.fetch.bytes", "8388608"),
-    ("queued.min.messages", "1000000"),
-    ("queued.max.messages.kbytes", "131072"),
 ];
 
 /// Records left per `(topic, partition)`, from librdkafka statistics.

@@ -181,8 +181,12 @@ impl Drop for RocksBackend {
 }
 
 fn store_options() -> Options {
+    use rocksdb::DBCompressionType::{Lz4, None};
     let mut options = Options::default();
-    options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    // Levels 0 and 1 are small and rewritten soon: compressing them costs
+    // a restore's flushes and compactions more than it saves on disk
+    // (the usual RocksDB advice for write-heavy loads).
+    options.set_compression_per_level(&[None, None, Lz4, Lz4, Lz4, Lz4, Lz4]);
     options
 }
 
