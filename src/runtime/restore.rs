@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::message::{BorrowedMessage, Header, Headers};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, Message, Statistics};
 
@@ -157,7 +157,6 @@ impl Replay {
 }
 
 /// The runtime's stamps on a changelog record, read in one pass.
-#[derive(Default)]
 struct Stamps<'a> {
     position: Option<&'a [u8]>,
     event_time: Option<&'a [u8]>,
@@ -167,21 +166,30 @@ struct Stamps<'a> {
 
 impl<'a> Stamps<'a> {
     fn of(message: &'a BorrowedMessage<'_>) -> Stamps<'a> {
-        let mut stamps = Stamps::default();
-        for header in message.headers().into_iter().flat_map(|h| h.iter()) {
+        Stamps::from_headers(message.headers().into_iter().flat_map(|h| h.iter()))
+    }
+
+    /// The value of the first header of each name, as a lookup by name
+    /// finds it.
+    fn from_headers(headers: impl Iterator<Item = Header<'a, &'a [u8]>>) -> Stamps<'a> {
+        let mut first: [Option<Option<&'a [u8]>>; 4] = [None; 4];
+        for header in headers {
             let slot = match header.key {
-                POSITION_HEADER => &mut stamps.position,
-                EVENT_TIME_HEADER => &mut stamps.event_time,
-                TXN_HEADER => &mut stamps.txn,
-                BASE_HEADER => &mut stamps.base,
+                POSITION_HEADER => 0,
+                EVENT_TIME_HEADER => 1,
+                TXN_HEADER => 2,
+                BASE_HEADER => 3,
                 _ => continue,
             };
-            // The first of a name, as a lookup by name finds it.
-            if slot.is_none() {
-                *slot = header.value;
-            }
+            first[slot].get_or_insert(header.value);
         }
-        stamps
+        let [position, event_time, txn, base] = first.map(Option::flatten);
+        Stamps {
+            position,
+            event_time,
+            txn,
+            base,
+        }
     }
 }
 
@@ -710,6 +718,51 @@ mod tests {
             txn: txn.as_bytes().to_vec(),
             records: offsets.map(|o| record(o, Verdict::Committed)).collect(),
         }
+    }
+
+    #[test]
+    fn stamps_are_the_first_header_of_each_name() {
+        let header = |key, value: Option<&'static [u8]>| Header { key, value };
+        let stamps = Stamps::from_headers(
+            [
+                header("other", Some(b"x")),
+                header(TXN_HEADER, None),
+                header(POSITION_HEADER, Some(b"[]")),
+                header(TXN_HEADER, Some(b"run:2")),
+                header(EVENT_TIME_HEADER, Some(b"12")),
+                header(POSITION_HEADER, Some(b"ignored")),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(stamps.position, Some(&b"[]"[..]));
+        assert_eq!(stamps.event_time, Some(&b"12"[..]));
+        assert_eq!(stamps.txn, None, "the first `streamfold.txn` has no value");
+        assert_eq!(stamps.base, None);
+    }
+
+    /// The verdict is kept per stamp, not per partition: a record with
+    /// another stamp is decided again.
+    #[test]
+    fn the_position_verdict_is_decoded_once_per_stamp() {
+        let restoring = Restoring {
+            committed: Positions([(("in".to_string(), 0), 10)].into()),
+            ends: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            finished: Vec::new(),
+            inputs: vec!["in".to_string()],
+            started: Instant::now(),
+            restored: 0,
+            skipped: 0,
+            never_committed: 0,
+            unverified: 0,
+        };
+        let stamp = |offset: i64| Positions([(("in".to_string(), 0), offset)].into()).encode();
+        let mut replay = Replay::new(0);
+        assert_eq!(replay.verdict(&stamp(10), &restoring), Verdict::Committed);
+        assert_eq!(replay.verdict(&stamp(10), &restoring), Verdict::Committed);
+        assert_eq!(replay.verdict(&stamp(11), &restoring), Verdict::Uncommitted);
+        assert_eq!(replay.verdict(&stamp(9), &restoring), Verdict::Committed);
+        assert_eq!(replay.verdict(b"not json", &restoring), Verdict::Committed);
     }
 
     fn applied(progress: &Progress) -> Vec<String> {
