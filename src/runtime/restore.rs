@@ -15,10 +15,21 @@
 //! There is one read_committed consumer per changelog topic, with
 //! `enable.partition.eof`: reaching the end of a partition (its last stable
 //! offset) is reported by librdkafka, without blocking watermark queries,
-//! and is unambiguous because each consumer reads a single topic. Tasks
-//! restore independently and in small steps between processing, so a
-//! restoring task never blocks the others. Remaining records come from the
-//! consumers' statistics.
+//! and is unambiguous because each consumer reads a single topic. A
+//! partition that reaches its end is unassigned alone (incrementally); the
+//! others keep their fetch position. Tasks restore independently and in
+//! steps between processing, so a restoring task never blocks the others.
+//! Remaining records come from the consumers' statistics.
+//!
+//! **Speed.** A restore is bulk work: each step uses its whole time budget
+//! rather than a fixed count of records, taking turns between changelogs;
+//! the consumers prefetch in large fetches without librdkafka's one-second
+//! back-off when their queue fills up ([`Restorer::new`]); a record's
+//! stamps are read in one pass over its headers, and the position rule's
+//! verdict is decoded once per transaction, not once per record (every
+//! record of a transaction carries the same stamp); and the store writes
+//! restored batches in bulk, without its write-ahead log
+//! ([`crate::state::StateBackend::apply_restored`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -27,7 +38,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Headers;
+use rdkafka::message::{BorrowedMessage, Header, Headers};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, Message, Statistics};
 
@@ -38,8 +49,26 @@ use super::changelog::{
 use crate::state::RawWrite;
 use crate::telemetry;
 
-/// Records handled per call, so processing resumes quickly.
-const BATCH: usize = 10_000;
+/// Records taken from one changelog's consumer before the next one's turn.
+const TURN: usize = 2_000;
+
+/// The longest a step waits for a record when none is ready.
+const WAIT: Duration = Duration::from_millis(2);
+
+/// librdkafka settings of the restore consumers, unless the topology sets
+/// them: fetch up to 8 MiB per partition at a time, and when the prefetch
+/// queue was full, fetch again after 10 ms rather than librdkafka's
+/// default of one second (the setting the processing consumer uses too;
+/// with the default, a restore waits on an empty queue for most of every
+/// second); an empty fetch at the end of a changelog returns after 50 ms,
+/// so a restore's end is seen soon. The prefetch queue keeps librdkafka's
+/// size (100,000 records or 64 MiB per partition): it is memory held per
+/// restoring partition.
+const FETCH_DEFAULTS: [(&str, &str); 3] = [
+    ("fetch.queue.backoff.ms", "10"),
+    ("fetch.wait.max.ms", "50"),
+    ("max.partition.fetch.bytes", "8388608"),
+];
 
 /// Records left per `(topic, partition)`, from librdkafka statistics.
 #[derive(Default)]
@@ -98,6 +127,70 @@ struct Replay {
     resume: i64,
     /// Records not decided yet, per transaction, in changelog order.
     held: Vec<Held>,
+    /// The last position stamp seen and the position rule's verdict on
+    /// it: a transaction's records all carry the same stamp.
+    stamp: Option<(Vec<u8>, Verdict)>,
+}
+
+impl Replay {
+    fn new(resume: i64) -> Replay {
+        Replay {
+            resume,
+            held: Vec::new(),
+            stamp: None,
+        }
+    }
+
+    /// The position rule's verdict on a record stamped `position`.
+    fn verdict(&mut self, position: &[u8], restoring: &Restoring) -> Verdict {
+        match &self.stamp {
+            Some((stamp, verdict)) if stamp.as_slice() == position => *verdict,
+            _ => {
+                let verdict = Positions::decode(position).map_or(Verdict::Committed, |p| {
+                    p.verdict(&restoring.committed, &restoring.inputs)
+                });
+                self.stamp = Some((position.to_vec(), verdict));
+                verdict
+            }
+        }
+    }
+}
+
+/// The runtime's stamps on a changelog record, read in one pass.
+struct Stamps<'a> {
+    position: Option<&'a [u8]>,
+    event_time: Option<&'a [u8]>,
+    txn: Option<&'a [u8]>,
+    base: Option<&'a [u8]>,
+}
+
+impl<'a> Stamps<'a> {
+    fn of(message: &'a BorrowedMessage<'_>) -> Stamps<'a> {
+        Stamps::from_headers(message.headers().into_iter().flat_map(|h| h.iter()))
+    }
+
+    /// The value of the first header of each name, as a lookup by name
+    /// finds it.
+    fn from_headers(headers: impl Iterator<Item = Header<'a, &'a [u8]>>) -> Stamps<'a> {
+        let mut first: [Option<Option<&'a [u8]>>; 4] = [None; 4];
+        for header in headers {
+            let slot = match header.key {
+                POSITION_HEADER => 0,
+                EVENT_TIME_HEADER => 1,
+                TXN_HEADER => 2,
+                BASE_HEADER => 3,
+                _ => continue,
+            };
+            first[slot].get_or_insert(header.value);
+        }
+        let [position, event_time, txn, base] = first.map(Option::flatten);
+        Stamps {
+            position,
+            event_time,
+            txn,
+            base,
+        }
+    }
 }
 
 /// The records of one transaction, held until it is decided.
@@ -199,14 +292,79 @@ impl ChangelogReader {
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&self.topic, task, Offset::Offset(from))?;
         self.consumer.incremental_assign(&list)?;
-        self.replaying.insert(
-            task,
-            Replay {
-                resume: from,
-                held: Vec::new(),
-            },
-        );
+        self.replaying.insert(task, Replay::new(from));
         Ok(())
+    }
+
+    /// Holds, applies or skips one changelog record.
+    fn handle(
+        (topic, store): (&str, usize),
+        replaying: &mut BTreeMap<i32, Replay>,
+        message: &BorrowedMessage<'_>,
+        tasks: &mut HashMap<i32, Restoring>,
+        progress: &mut BTreeMap<i32, Progress>,
+    ) {
+        let task = message.partition();
+        let Some(replay) = replaying.get_mut(&task) else {
+            return;
+        };
+        let stamps = Stamps::of(message);
+        let verdict = match (stamps.position, tasks.get(&task)) {
+            (Some(position), Some(restoring)) => replay.verdict(position, restoring),
+            _ => Verdict::Committed,
+        };
+        let record = Record {
+            offset: message.offset(),
+            write: message.key().map(|key| RawWrite {
+                store,
+                key: key.into(),
+                value: message.payload().map(Box::from),
+            }),
+            event_time: stamps
+                .event_time
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok()),
+            verdict,
+        };
+        let entry = progress.entry(task).or_default();
+        let mut decide = Decide {
+            progress: entry,
+            resume: &mut replay.resume,
+        };
+        match stamps.txn {
+            // Written before the writer chain existed.
+            None => {
+                decide.all(std::mem::take(&mut replay.held), None, None);
+                decide.by_position(record);
+            }
+            // Most records belong to the newest transaction held.
+            Some(txn) => match replay.held.iter_mut().rev().find(|h| h.txn == txn) {
+                Some(held) => held.records.push(record),
+                None => {
+                    // A new transaction: its base decides every one held
+                    // before it, and its bases of the task's other
+                    // changelogs are claims for them.
+                    let bases = stamps.base.and_then(ChangelogOffsets::decode);
+                    let base = bases.as_ref().and_then(|b| b.0.get(topic).copied());
+                    if let (Some(bases), Some(restoring)) = (bases, tasks.get_mut(&task)) {
+                        for (topic, base) in bases.0 {
+                            let claim = restoring.claims.entry(topic).or_insert(base);
+                            *claim = (*claim).max(base);
+                        }
+                    }
+                    decide.all(std::mem::take(&mut replay.held), base, None);
+                    replay.held.push(Held {
+                        txn: txn.to_vec(),
+                        records: vec![record],
+                    });
+                }
+            },
+        }
+        match entry.offsets.get_mut(topic) {
+            Some(offset) => *offset = replay.resume,
+            None => {
+                entry.offsets.insert(topic.to_string(), replay.resume);
+            }
+        }
     }
 
     /// Stops replaying `task`'s partition; returns what it still held.
@@ -274,6 +432,11 @@ impl Restorer {
         changelogs: &[String],
     ) -> Result<Restorer, KafkaError> {
         let mut config = config.clone();
+        for (key, value) in FETCH_DEFAULTS {
+            if config.get(key).is_none() {
+                config.set(key, value);
+            }
+        }
         config.set("enable.partition.eof", "true");
         config.set("statistics.interval.ms", "1000");
         let readers = changelogs
@@ -387,106 +550,58 @@ impl Restorer {
             return Ok(progress);
         }
         let deadline = Instant::now() + budget;
-        for reader in &mut self.readers {
-            let mut handled = 0;
-            while !reader.replaying.is_empty() && handled < BATCH {
-                let wait = deadline
-                    .saturating_duration_since(Instant::now())
-                    .min(Duration::from_millis(5));
-                let Some(result) = reader.consumer.poll(wait) else {
-                    break;
-                };
-                handled += 1;
-                let message = match result {
-                    Ok(message) => message,
-                    Err(KafkaError::PartitionEOF(task)) => {
-                        // Decided once every partition of the task is read.
-                        if let (Some(replay), Some(restoring)) =
-                            (reader.stop(task)?, self.tasks.get_mut(&task))
-                        {
-                            restoring.finished.push((reader.topic.clone(), replay));
-                        }
-                        continue;
-                    }
-                    Err(e @ KafkaError::MessageConsumptionFatal(_)) => return Err(e),
-                    // Transient (a broker restarting, a connection reset):
-                    // librdkafka reconnects and resumes the fetch on its
-                    // own; the restore goes on where it was.
-                    Err(error) => {
-                        tracing::debug!(%error, "Restore consumer error; retrying.");
+        let mut wait = Duration::ZERO;
+        loop {
+            let mut handled_any = false;
+            for reader in &mut self.readers {
+                let mut handled = 0;
+                while handled < TURN && !reader.replaying.is_empty() {
+                    let first = if handled == 0 { wait } else { Duration::ZERO };
+                    let Some(result) = reader.consumer.poll(first) else {
                         break;
-                    }
-                };
-                let task = message.partition();
-                let Some(replay) = reader.replaying.get_mut(&task) else {
-                    continue;
-                };
-                let header = |key: &str| {
-                    message
-                        .headers()
-                        .and_then(|h| h.iter().find(|h| h.key == key))
-                        .and_then(|h| h.value)
-                };
-                let verdict = match (
-                    header(POSITION_HEADER).and_then(Positions::decode),
-                    self.tasks.get(&task),
-                ) {
-                    (Some(position), Some(restoring)) => {
-                        position.verdict(&restoring.committed, &restoring.inputs)
-                    }
-                    _ => Verdict::Committed,
-                };
-                let record = Record {
-                    offset: message.offset(),
-                    write: message.key().map(|key| RawWrite {
-                        store: reader.store,
-                        key: key.into(),
-                        value: message.payload().map(Box::from),
-                    }),
-                    event_time: header(EVENT_TIME_HEADER)
-                        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok()),
-                    verdict,
-                };
-                let entry = progress.entry(task).or_default();
-                let mut decide = Decide {
-                    progress: entry,
-                    resume: &mut replay.resume,
-                };
-                match header(TXN_HEADER) {
-                    // Written before the writer chain existed.
-                    None => {
-                        decide.all(std::mem::take(&mut replay.held), None, None);
-                        decide.by_position(record);
-                    }
-                    Some(txn) => match replay.held.iter_mut().find(|h| h.txn == txn) {
-                        Some(held) => held.records.push(record),
-                        None => {
-                            // A new transaction: its base decides every
-                            // one held before it, and its bases of the
-                            // task's other changelogs are claims for them.
-                            let bases = header(BASE_HEADER).and_then(ChangelogOffsets::decode);
-                            let base = bases.as_ref().and_then(|b| b.0.get(&reader.topic).copied());
-                            if let (Some(bases), Some(restoring)) =
-                                (bases, self.tasks.get_mut(&task))
+                    };
+                    handled += 1;
+                    match result {
+                        // Fields apart: the message borrows the consumer.
+                        Ok(message) => ChangelogReader::handle(
+                            (&reader.topic, reader.store),
+                            &mut reader.replaying,
+                            &message,
+                            &mut self.tasks,
+                            &mut progress,
+                        ),
+                        Err(KafkaError::PartitionEOF(task)) => {
+                            // Decided once every partition of the task is read.
+                            if let (Some(replay), Some(restoring)) =
+                                (reader.stop(task)?, self.tasks.get_mut(&task))
                             {
-                                for (topic, base) in bases.0 {
-                                    let claim = restoring.claims.entry(topic).or_insert(base);
-                                    *claim = (*claim).max(base);
-                                }
+                                restoring.finished.push((reader.topic.clone(), replay));
                             }
-                            decide.all(std::mem::take(&mut replay.held), base, None);
-                            replay.held.push(Held {
-                                txn: txn.to_vec(),
-                                records: vec![record],
-                            });
                         }
-                    },
+                        Err(e @ KafkaError::MessageConsumptionFatal(_)) => return Err(e),
+                        // Transient (a broker restarting, a connection reset):
+                        // librdkafka reconnects and resumes the fetch on its
+                        // own; the restore goes on where it was.
+                        Err(error) => {
+                            tracing::debug!(%error, "Restore consumer error; retrying.");
+                            break;
+                        }
+                    }
                 }
-                entry.offsets.insert(reader.topic.clone(), replay.resume);
-                if Instant::now() > deadline {
-                    break;
-                }
+                handled_any |= handled > 0;
             }
+            let now = Instant::now();
+            if now >= deadline || self.readers.iter().all(|r| r.replaying.is_empty()) {
+                break;
+            }
+            // Nothing was ready: each consumer waits a little in its turn.
+            wait = if handled_any {
+                Duration::ZERO
+            } else {
+                deadline.saturating_duration_since(now).min(WAIT)
+            };
+        }
+        for reader in &self.readers {
             let remaining = reader.remaining.0.lock().unwrap_or_else(|e| e.into_inner());
             for task in reader.replaying.keys() {
                 if let Some(left) = remaining.get(task) {
@@ -603,6 +718,51 @@ mod tests {
             txn: txn.as_bytes().to_vec(),
             records: offsets.map(|o| record(o, Verdict::Committed)).collect(),
         }
+    }
+
+    #[test]
+    fn stamps_are_the_first_header_of_each_name() {
+        let header = |key, value: Option<&'static [u8]>| Header { key, value };
+        let stamps = Stamps::from_headers(
+            [
+                header("other", Some(b"x")),
+                header(TXN_HEADER, None),
+                header(POSITION_HEADER, Some(b"[]")),
+                header(TXN_HEADER, Some(b"run:2")),
+                header(EVENT_TIME_HEADER, Some(b"12")),
+                header(POSITION_HEADER, Some(b"ignored")),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(stamps.position, Some(&b"[]"[..]));
+        assert_eq!(stamps.event_time, Some(&b"12"[..]));
+        assert_eq!(stamps.txn, None, "the first `streamfold.txn` has no value");
+        assert_eq!(stamps.base, None);
+    }
+
+    /// The verdict is kept per stamp, not per partition: a record with
+    /// another stamp is decided again.
+    #[test]
+    fn the_position_verdict_is_decoded_once_per_stamp() {
+        let restoring = Restoring {
+            committed: Positions([(("in".to_string(), 0), 10)].into()),
+            ends: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            finished: Vec::new(),
+            inputs: vec!["in".to_string()],
+            started: Instant::now(),
+            restored: 0,
+            skipped: 0,
+            never_committed: 0,
+            unverified: 0,
+        };
+        let stamp = |offset: i64| Positions([(("in".to_string(), 0), offset)].into()).encode();
+        let mut replay = Replay::new(0);
+        assert_eq!(replay.verdict(&stamp(10), &restoring), Verdict::Committed);
+        assert_eq!(replay.verdict(&stamp(10), &restoring), Verdict::Committed);
+        assert_eq!(replay.verdict(&stamp(11), &restoring), Verdict::Uncommitted);
+        assert_eq!(replay.verdict(&stamp(9), &restoring), Verdict::Committed);
+        assert_eq!(replay.verdict(b"not json", &restoring), Verdict::Committed);
     }
 
     fn applied(progress: &Progress) -> Vec<String> {

@@ -111,6 +111,18 @@ pub trait StateBackend: Send {
     fn range_rev<'a>(&'a self, store: usize, from: Bound<&[u8]>, to: Bound<&[u8]>) -> RawIter<'a>;
     /// Applies writes and metadata atomically.
     fn apply(&mut self, writes: &[RawWrite], meta: &[(String, Vec<u8>)]) -> Result<(), StateError>;
+    /// Applies restored changelog records and metadata atomically, as
+    /// [`StateBackend::apply`] does, but a backend may make them durable
+    /// later (in bulk), provided that after a crash the state it holds is
+    /// still that of some prefix of its calls, metadata included, and that
+    /// everything restored is durable before the next `apply`.
+    fn apply_restored(
+        &mut self,
+        writes: &[RawWrite],
+        meta: &[(String, Vec<u8>)],
+    ) -> Result<(), StateError> {
+        self.apply(writes, meta)
+    }
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StateError>;
 }
 
@@ -456,7 +468,7 @@ impl StateSet {
         writes: &[RawWrite],
         meta: &[(String, Vec<u8>)],
     ) -> Result<(), StateError> {
-        self.backend.apply(writes, meta)
+        self.backend.apply_restored(writes, meta)
     }
 
     pub(crate) fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StateError> {
