@@ -188,6 +188,11 @@ enum Slot<V> {
     Deleted,
 }
 
+/// A commit walks every slot when at least `slots / WALK_RATIO` keys were
+/// written since the last one, and looks up the written keys otherwise (see
+/// [`Overlay::walk_slots`]); 16 is log2 of a cache of 65,536 entries.
+const WALK_RATIO: usize = 16;
+
 struct Overlay<V> {
     name: String,
     slots: BTreeMap<Box<[u8]>, Slot<V>>,
@@ -214,6 +219,16 @@ trait ErasedOverlay: Send {
 }
 
 impl<V> Overlay<V> {
+    /// Whether a commit should walk every slot in key order rather than
+    /// look up each written key: a lookup costs a search of the map (about
+    /// log2(slots) key comparisons), a slot in the walk one step, so the
+    /// walk wins unless the writes are a small share of the cache. Either
+    /// way sees the same slots: every dirty or deleted slot's key is in
+    /// `written`.
+    fn walk_slots(&self) -> bool {
+        self.written.len().saturating_mul(WALK_RATIO) >= self.slots.len()
+    }
+
     /// Drops clean entries beyond `cache_entries`, the next ones in key
     /// order after the last round's, wrapping around: a full cache loses
     /// its excess, not everything, and no key range is always the one
@@ -246,14 +261,24 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
         if self.dirty == 0 {
             return Ok(());
         }
-        let mut keys: Vec<&[u8]> = self.written.iter().map(|k| &**k).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        for key in keys {
-            let value = match self.slots.get(key) {
-                // Forgotten, or written and forgotten: nothing pending.
-                None | Some(Slot::Clean(_)) => continue,
-                Some(Slot::Dirty(value)) => Some(
+        let pending: Box<dyn Iterator<Item = (&[u8], &Slot<V>)>> = if self.walk_slots() {
+            Box::new(self.slots.iter().map(|(key, slot)| (&**key, slot)))
+        } else {
+            let mut keys: Vec<&[u8]> = self.written.iter().map(|k| &**k).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            // A key not found was written and then forgotten.
+            Box::new(
+                keys.into_iter()
+                    .filter_map(|key| self.slots.get(key).map(|slot| (key, slot))),
+            )
+        };
+        for (key, slot) in pending {
+            let value = match slot {
+                // Cached, or written, forgotten and read again: nothing
+                // pending.
+                Slot::Clean(_) => continue,
+                Slot::Dirty(value) => Some(
                     value
                         .encode()
                         .map_err(|message| StateError::Codec {
@@ -262,7 +287,7 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
                         })?
                         .into_boxed_slice(),
                 ),
-                Some(Slot::Deleted) => None,
+                Slot::Deleted => None,
             };
             out.push(ChangelogEntry {
                 store,
@@ -281,17 +306,29 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
             self.dirty = 0;
             return;
         }
-        for key in self.written.drain(..) {
-            match self.slots.get_mut(&key) {
-                Some(Slot::Deleted) => {
-                    self.slots.remove(&key);
+        if self.walk_slots() {
+            self.written.clear();
+            self.slots.retain(|_, slot| {
+                if let Slot::Dirty(_) = slot
+                    && let Slot::Dirty(value) = std::mem::replace(slot, Slot::Deleted)
+                {
+                    *slot = Slot::Clean(value);
                 }
-                Some(slot @ Slot::Dirty(_)) => {
-                    if let Slot::Dirty(value) = std::mem::replace(slot, Slot::Deleted) {
-                        *slot = Slot::Clean(value);
+                !matches!(slot, Slot::Deleted)
+            });
+        } else {
+            for key in self.written.drain(..) {
+                match self.slots.get_mut(&key) {
+                    Some(Slot::Deleted) => {
+                        self.slots.remove(&key);
                     }
+                    Some(slot @ Slot::Dirty(_)) => {
+                        if let Slot::Dirty(value) = std::mem::replace(slot, Slot::Deleted) {
+                            *slot = Slot::Clean(value);
+                        }
+                    }
+                    None | Some(Slot::Clean(_)) => {}
                 }
-                None | Some(Slot::Clean(_)) => {}
             }
         }
         self.dirty = 0;
@@ -922,6 +959,56 @@ mod tests {
             .as_any_mut()
             .downcast_mut::<Overlay<u64>>()
             .unwrap()
+    }
+
+    /// Writes a few keys over `cached` committed ones (a change, a deletion,
+    /// a forgotten write) and checks the changelog and the cache after the
+    /// commit, whichever way the commit walks.
+    fn commit_a_few_writes_over(cached: u64, walks_slots: bool) {
+        let (mut state, h) = state();
+        for i in 0..cached {
+            state.view(h).put(format!("k{i}").as_bytes(), i);
+        }
+        let entries = state.changelog().unwrap();
+        state.committed(entries, &[]).unwrap();
+        assert!(overlay(&mut state).written.is_empty());
+        assert_eq!(overlay(&mut state).slots.len() as u64, cached, "cached");
+
+        let mut view = state.view(h);
+        *view.get_mut(b"k3").unwrap().unwrap() = 30;
+        view.delete(b"k1");
+        view.put(b"new", 1);
+        state.forget(0, b"new");
+        assert_eq!(overlay(&mut state).written.len(), 3);
+        assert_eq!(overlay(&mut state).walk_slots(), walks_slots);
+        let entries = state.changelog().unwrap();
+        let written: Vec<(&[u8], Option<&[u8]>)> = entries
+            .iter()
+            .map(|e| (&*e.key, e.value.as_deref()))
+            .collect();
+        assert_eq!(
+            written,
+            vec![(&b"k1"[..], None), (&b"k3"[..], Some(&b"30"[..]))]
+        );
+        state.committed(entries, &[]).unwrap();
+        let overlay = overlay(&mut state);
+        assert!(overlay.written.is_empty());
+        assert_eq!(overlay.dirty, 0);
+        assert_eq!(overlay.slots.len() as u64, cached - 1, "k1 is gone");
+        assert!(overlay.slots.values().all(|s| matches!(s, Slot::Clean(_))));
+        assert!(matches!(
+            overlay.slots.get(&b"k3"[..]),
+            Some(Slot::Clean(30))
+        ));
+    }
+
+    /// A commit over a large cache looks up the keys written since the last
+    /// one instead of walking the cache; over a small one it walks it. Both
+    /// give the same changelog and leave the same cache.
+    #[test]
+    fn a_commit_looks_up_few_writes_and_walks_many() {
+        commit_a_few_writes_over(10, true);
+        commit_a_few_writes_over(3 * WALK_RATIO as u64 + 1, false);
     }
 
     /// A commit walks the keys written since the last one, not the cache,
