@@ -155,15 +155,6 @@ fn app_config(topic: &str, guarantee: &str, dir: &std::path::Path) -> (AppConfig
     (config, folded)
 }
 
-fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
 /// One streamfold run over the whole topic: (records/s, peak RSS MiB).
 fn streamfold_run(topic: &str, events: u64, guarantee: &str, dir: &std::path::Path) -> (f64, f64) {
     let (config, _) = app_config(topic, guarantee, dir);

@@ -21,7 +21,7 @@ use serde_json::json;
 use streamfold::runtime::query::QueryState;
 use streamfold::runtime::query::endpoints::Directory;
 use streamfold::runtime::query::server::{Context, QueryServer};
-use streamfold::state::rocks::RocksBackend;
+use streamfold::state::rocks::{RocksBackend, RocksResources};
 use streamfold::state::{RawWrite, StateBackend};
 use streamfold::topology;
 
@@ -52,7 +52,7 @@ fn point_reads(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let stores: Vec<String> = topology.stores().map(|s| s.name.clone()).collect();
     let store = stores.iter().position(|s| s == "by_id-latest").unwrap();
-    let mut backend = RocksBackend::open(dir.path(), &stores).unwrap();
+    let mut backend = RocksBackend::open(dir.path(), &stores, &RocksResources::default()).unwrap();
     for start in (0..KEYS).step_by(BATCH) {
         let writes: Vec<RawWrite> = (start..start + BATCH)
             .map(|i| {

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo bench --bench restore -- [--records N] [--repeat R] [--partitions 1,4]
+//!                                 [--cache-entries C]
 //! ```
 //!
 //! For each partition count P (1, then 4):
@@ -30,7 +31,11 @@
 //!    and every key's restored value equals the writer's.
 //!
 //! Medians of R are printed as a Markdown table, with `uptime`'s load
-//! averages at the start of each run (the machine is shared).
+//! averages at the start of each run (the machine is shared), and the
+//! highest peak RSS (VmHWM) of the writer and the restores: with N/2
+//! distinct keys in the fold's stores, it shows the memory the topology's
+//! `state:` section bounds (`--cache-entries` sets its `cache_entries`;
+//! the block cache and write buffers keep the topology's defaults).
 //!
 //! Under `cargo test` (no `--bench` argument) it runs once on 20,000
 //! changelog records as a smoke test of the restore and of the harness;
@@ -51,6 +56,8 @@ struct Options {
     records: u64,
     repeat: usize,
     partitions: Vec<i32>,
+    /// `--cache-entries`: the topology's `state.cache_entries`.
+    cache_entries: Option<usize>,
 }
 
 fn options() -> Options {
@@ -60,6 +67,7 @@ fn options() -> Options {
         records: if benchmarking { 5_000_000 } else { 20_000 },
         repeat: if benchmarking { 3 } else { 1 },
         partitions: vec![1, 4],
+        cache_entries: None,
     };
     let mut i = 1;
     while i < args.len() {
@@ -67,6 +75,9 @@ fn options() -> Options {
         match args[i].as_str() {
             "--records" => o.records = value.parse().expect("--records N"),
             "--repeat" => o.repeat = value.parse().expect("--repeat N"),
+            "--cache-entries" => {
+                o.cache_entries = Some(value.parse().expect("--cache-entries N"));
+            }
             "--partitions" => {
                 o.partitions = value
                     .split(',')
@@ -160,6 +171,8 @@ struct Scenario {
     topic: String,
     partitions: i32,
     events: u64,
+    /// `state.cache_entries`, when not the topology's default.
+    cache_entries: Option<usize>,
 }
 
 impl Scenario {
@@ -176,17 +189,16 @@ impl Scenario {
                 // Every fold stays open: the state is all there.
                 ("FOLD_QUIET_FOR".into(), "1h".into()),
                 ("FOLD_MAX_WAIT".into(), "2h".into()),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                self.cache_entries
+                    .map(|n| ("STREAMFOLD_CACHE_ENTRIES".into(), n.to_string())),
+            )
+            .collect(),
             txn_header: false,
             args: Vec::new(),
         }
-    }
-
-    fn changelogs(&self) -> Vec<String> {
-        ["open", "timers", "repartition-seen"]
-            .iter()
-            .map(|s| format!("{}-fold_account-{s}-changelog", self.app))
-            .collect()
     }
 }
 
@@ -313,8 +325,8 @@ fn assert_same_stores(live: &Path, restored: &Path, partitions: i32) -> u64 {
 }
 
 /// Produces the events and has the runtime fold them; returns the
-/// writer's state directory.
-fn write_state(scenario: &Scenario, dir: &Path) -> PathBuf {
+/// writer's state directory and its peak RSS in MiB.
+fn write_state(scenario: &Scenario, dir: &Path) -> (PathBuf, f64) {
     create_topic(&scenario.topic, scenario.partitions);
     let produced = Command::new(env!("CARGO_BIN_EXE_streamfold-loadgen"))
         .arg("--bootstrap-servers")
@@ -341,9 +353,17 @@ fn write_state(scenario: &Scenario, dir: &Path) -> PathBuf {
         scenario.events,
         started.elapsed().as_secs_f64()
     );
+    let rss = peak_rss_mib(writer.pid());
+    eprintln!(
+        "writer: peak RSS {rss:.0} MiB; RocksDB block cache {:.0} MiB, memtables {:.0} MiB at the end",
+        writer.metric("streamfold_state_block_cache_bytes") / MIB,
+        writer.metric("streamfold_state_write_buffer_bytes") / MIB,
+    );
     writer.stop();
-    state.join(&scenario.app)
+    (state.join(&scenario.app), rss)
 }
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 struct Run {
     per_partition: Vec<f64>,
@@ -355,6 +375,8 @@ struct Run {
     /// CPU seconds of the restoring process by thread kind, and of the
     /// broker, while it ran.
     cpu: BTreeMap<&'static str, f64>,
+    /// The restoring process's peak RSS, MiB.
+    rss: f64,
 }
 
 fn restore_run(scenario: &Scenario, live: &Path, dir: &Path, run: usize) -> Run {
@@ -379,6 +401,7 @@ fn restore_run(scenario: &Scenario, live: &Path, dir: &Path, run: usize) -> Run 
             cpu_seconds(Path::new(&format!("/proc/{pid}/stat"))) - broker_before,
         );
     }
+    let rss = peak_rss_mib(app.pid());
     let log = app.stop();
     let tasks = restores(&log);
     assert_eq!(
@@ -387,7 +410,10 @@ fn restore_run(scenario: &Scenario, live: &Path, dir: &Path, run: usize) -> Run 
         "one restore per task; log:\n{log}"
     );
 
-    let changelogs = scenario.changelogs();
+    let changelogs = scenario
+        .config(state.clone(), "restorer")
+        .changelog_topics();
+    assert!(!changelogs.is_empty(), "the topology has stores");
     let mut records = 0;
     for task in &tasks {
         let saved = saved_offsets(&state.join(&scenario.app).join(task.task.to_string()));
@@ -445,6 +471,7 @@ fn restore_run(scenario: &Scenario, live: &Path, dir: &Path, run: usize) -> Run 
         records,
         load,
         cpu,
+        rss,
     }
 }
 
@@ -468,14 +495,16 @@ fn main() {
             topic: unique("bench-restore-posts"),
             partitions,
             events: o.records / 2,
+            cache_entries: o.cache_entries,
         };
         let scenario_dir = dir.path().join(&scenario.app);
         std::fs::create_dir_all(&scenario_dir).unwrap();
-        let live = write_state(&scenario, &scenario_dir);
+        let (live, writer_rss) = write_state(&scenario, &scenario_dir);
         let mut per_partition = Vec::new();
         let mut totals = Vec::new();
         let mut seconds = Vec::new();
         let mut loads = Vec::new();
+        let mut rss = vec![writer_rss];
         let mut records = 0;
         for run in 0..o.repeat {
             let r = restore_run(&scenario, &live, &scenario_dir, run);
@@ -485,13 +514,15 @@ fn main() {
                 .map(|(kind, seconds)| format!("{kind} {seconds:.1}s"))
                 .collect();
             eprintln!(
-                "{partitions} partition(s), run {run}: {} records, {:.0} records/s in total, slowest task {:.2}s (load {}); CPU: {}",
+                "{partitions} partition(s), run {run}: {} records, {:.0} records/s in total, slowest task {:.2}s (load {}); peak RSS {:.0} MiB; CPU: {}",
                 r.records,
                 r.total,
                 r.seconds,
                 r.load,
+                r.rss,
                 cpu.join(", ")
             );
+            rss.push(r.rss);
             per_partition.extend(r.per_partition);
             totals.push(r.total);
             seconds.push(r.seconds);
@@ -504,6 +535,7 @@ fn main() {
             median(&mut per_partition),
             median(&mut totals),
             median(&mut seconds),
+            rss.iter().copied().fold(0.0, f64::max),
             loads.join("; "),
         ));
         let _ = std::fs::remove_dir_all(&scenario_dir);
@@ -513,10 +545,12 @@ fn main() {
         o.repeat
     );
     println!(
-        "| partitions restored together | changelog records | records/s per partition | records/s in total | slowest task | load averages (1, 5, 15 min) at each run |"
+        "| partitions restored together | changelog records | records/s per partition | records/s in total | slowest task | peak RSS (writer and restores) | load averages (1, 5, 15 min) at each run |"
     );
-    println!("|---|---|---|---|---|---|");
-    for (partitions, records, per, total, seconds, loads) in table {
-        println!("| {partitions} | {records} | {per:.0} | {total:.0} | {seconds:.2} s | {loads} |");
+    println!("|---|---|---|---|---|---|---|");
+    for (partitions, records, per, total, seconds, rss, loads) in table {
+        println!(
+            "| {partitions} | {records} | {per:.0} | {total:.0} | {seconds:.2} s | {rss:.0} MiB | {loads} |"
+        );
     }
 }

@@ -66,13 +66,6 @@ impl Names {
             args: Vec::new(),
         }
     }
-
-    fn changelogs(&self) -> Vec<String> {
-        ["open", "timers", "repartition-seen"]
-            .iter()
-            .map(|s| format!("{}-fold_account-{s}-changelog", self.app))
-            .collect()
-    }
 }
 
 /// The account of event `i`: blocks of `ACTIVE` accounts, each block
@@ -317,8 +310,8 @@ fn a_graceful_restart_mid_stream_loses_and_repeats_nothing_and_restores_only_the
         |n| n >= (total / 4) as f64,
     );
     first.stop();
-    let changelog_records: i64 = names
-        .changelogs()
+    let changelog_records: i64 = config
+        .changelog_topics()
         .iter()
         .map(|t| topic_end_offsets(t))
         .sum();

@@ -89,6 +89,91 @@ impl JsonSchema for HumanDuration {
     }
 }
 
+/// An amount of memory written for humans: `"64MiB"`, `"1 GiB"`, `"500MB"`
+/// (`KB`, `MB`, `GB` are powers of 1000, `KiB`, `MiB`, `GiB` of 1024), or
+/// a number of bytes. Parsed by the `bytesize` crate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HumanBytes(pub u64);
+
+impl HumanBytes {
+    pub const fn mib(n: u64) -> HumanBytes {
+        HumanBytes(n * 1024 * 1024)
+    }
+
+    pub(crate) fn parse(text: &str) -> Result<HumanBytes, String> {
+        text.trim()
+            .parse::<bytesize::ByteSize>()
+            .map(|size| HumanBytes(size.as_u64()))
+            .map_err(|_| format!("expected a size like \"64MiB\" or \"1GB\", found \"{text}\""))
+    }
+
+    /// The size as `usize`, for the APIs that take one (saturating).
+    pub fn as_usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+impl fmt::Display for HumanBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Exact, in the largest binary unit that divides the size.
+        for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+            if self.0 >= size && self.0.is_multiple_of(size) {
+                return write!(f, "{}{unit}", self.0 / size);
+            }
+        }
+        write!(f, "{}B", self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanBytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = HumanBytes;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size like \"64MiB\" or a number of bytes")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<HumanBytes, E> {
+                HumanBytes::parse(text).map_err(E::custom)
+            }
+
+            // A bare number in YAML is a number of bytes.
+            fn visit_u64<E: serde::de::Error>(self, bytes: u64) -> Result<HumanBytes, E> {
+                Ok(HumanBytes(bytes))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, bytes: i64) -> Result<HumanBytes, E> {
+                u64::try_from(bytes)
+                    .map(HumanBytes)
+                    .map_err(|_| E::custom(format!("a size cannot be negative ({bytes})")))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl Serialize for HumanBytes {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl JsonSchema for HumanBytes {
+    fn schema_name() -> Cow<'static, str> {
+        "Size".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": ["string", "integer"],
+            "description": "An amount of memory such as \"64MiB\", \"1GiB\" or \"500MB\", or a number of bytes.",
+            "examples": ["64MiB", "1GiB"]
+        })
+    }
+}
+
 /// A JSON Pointer (RFC 6901) into a record's value: `/account_id`,
 /// `/metrics/likes`, `/items/0`. Parsed once, applied per record.
 #[derive(Clone, PartialEq, Eq, Hash)]

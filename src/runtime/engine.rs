@@ -39,7 +39,7 @@ use super::restore::Restorer;
 use super::{RuntimeError, admin, query, wire};
 use crate::formats::{Codecs, Wire};
 use crate::record::{Origin, Record};
-use crate::state::rocks::RocksBackend;
+use crate::state::rocks::{RocksBackend, RocksResources};
 use crate::task::partitioner::partition_for;
 use crate::task::{DeadLetterAt, Output, Routing, Task};
 use crate::telemetry::{self, DeadLetterReason, NodeCounter, NodeStats};
@@ -352,6 +352,8 @@ struct Engine {
     topology: Arc<Topology>,
     partitions: i32,
     state_root: PathBuf,
+    /// The block cache and write buffers every task database shares.
+    rocks: RocksResources,
     inputs: Vec<Input>,
     tasks: BTreeMap<i32, Slot>,
     codecs: Codecs,
@@ -431,6 +433,11 @@ impl Engine {
         let now = Instant::now();
         Engine {
             state_root: state_dir.join(&topology.name),
+            rocks: RocksResources::new(
+                topology.state.block_cache.as_usize(),
+                topology.state.write_buffers.as_usize(),
+                topology.state.max_open_files,
+            ),
             partitions: layout.partitions,
             inputs,
             tasks: BTreeMap::new(),
@@ -645,7 +652,7 @@ impl Engine {
     fn open_state(&self, task: i32) -> Result<Task, RuntimeError> {
         let stores: Vec<String> = self.topology.stores().map(|s| s.name.clone()).collect();
         let path = self.state_root.join(task.to_string());
-        let mut backend = RocksBackend::open(&path, &stores)?;
+        let mut backend = RocksBackend::open(&path, &stores, &self.rocks)?;
         if let Some(queries) = &self.queries {
             // Restoring until the task starts; gone before the database
             // closes, whatever closes it (revocation, wipe, shutdown).
@@ -989,6 +996,11 @@ impl Engine {
             for (&task, slot) in self.tasks.iter_mut().filter(|(_, s)| s.running) {
                 publish_task_metrics(&self.topology, task, slot, false);
             }
+            let app = self.topology.name.clone();
+            metrics::gauge!(telemetry::STATE_BLOCK_CACHE, "topology" => app.clone())
+                .set(self.rocks.block_cache_usage() as f64);
+            metrics::gauge!(telemetry::STATE_WRITE_BUFFERS, "topology" => app)
+                .set(self.rocks.write_buffer_usage() as f64);
         }
         Ok(())
     }

@@ -132,6 +132,8 @@ pub fn register_topology(topology: &Topology) {
     // An instance-level level: no task runs yet. (The number of missing
     // source topics is set once it is known, by the wait for them.)
     ::metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => app.to_string()).set(0.0);
+    ::metrics::gauge!(telemetry::STATE_BLOCK_CACHE, "topology" => app.to_string()).set(0.0);
+    ::metrics::gauge!(telemetry::STATE_WRITE_BUFFERS, "topology" => app.to_string()).set(0.0);
 }
 
 /// Registers at 0 the per-partition restore counters of every task the

@@ -14,7 +14,8 @@
 //!   abort the dirty entries are dropped, so local state never holds
 //!   uncommitted data;
 //! - committed entries stay in the overlay as a read cache, bounded by
-//!   [`StateSet::CACHE_ENTRIES`] per store.
+//!   [`StateSet::with_cache_entries`] per store (the topology's
+//!   `state.cache_entries`).
 //!
 //! Keys are ordered bytes, so range and prefix scans work the same on every
 //! backend.
@@ -54,7 +55,7 @@ pub struct StoreDef {
     /// `<node>-<store>`, unique in a topology.
     pub name: String,
     /// `<app>-<node>-<store>-changelog`.
-    pub(crate) changelog_topic: String,
+    pub changelog_topic: String,
 }
 
 impl StoreDef {
@@ -196,10 +197,9 @@ const WALK_RATIO: usize = 16;
 struct Overlay<V> {
     name: String,
     slots: BTreeMap<Box<[u8]>, Slot<V>>,
-    /// Keys whose slot became dirty or deleted since the last commit (a key
-    /// appears again after a `forget`), so a commit costs what was written,
-    /// not what is cached.
-    written: Vec<Box<[u8]>>,
+    /// What was written since the last commit, so a commit costs what was
+    /// written, not what is cached.
+    written: Written,
     dirty: usize,
     /// Where the next eviction of clean entries starts: evictions sweep the
     /// key space round by round instead of dropping the cache at once.
@@ -218,15 +218,57 @@ trait ErasedOverlay: Send {
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
-impl<V> Overlay<V> {
+/// The keys whose slot became dirty or deleted since the last commit (a key
+/// appears again after a `forget`), until so many were written that the
+/// commit walks every slot anyway.
+#[derive(Default)]
+struct Written {
+    keys: Vec<Box<[u8]>>,
+    /// Keys are no longer copied: the commit walks every slot.
+    all: bool,
+}
+
+impl Written {
     /// Whether a commit should walk every slot in key order rather than
     /// look up each written key: a lookup costs a search of the map (about
     /// log2(slots) key comparisons), a slot in the walk one step, so the
-    /// walk wins unless the writes are a small share of the cache. Either
-    /// way sees the same slots: every dirty or deleted slot's key is in
-    /// `written`.
+    /// walk wins unless the writes are a small share of the `cached`
+    /// slots. Either way sees the same slots: every dirty or deleted
+    /// slot's key is in `keys` unless `all` is set.
+    fn walk(&self, cached: usize) -> bool {
+        self.all || self.keys.len().saturating_mul(WALK_RATIO) >= cached
+    }
+
+    /// Remembers a key whose slot became dirty or deleted, unless the
+    /// commit will walk every slot anyway: copying every key written cost a
+    /// write-heavy store (the rollup bench) 15 %.
+    fn mark(&mut self, key: &[u8], cached: usize) {
+        if self.all {
+            return;
+        }
+        if self.walk(cached) {
+            self.all = true;
+            self.keys.clear();
+            return;
+        }
+        self.keys.push(key.into());
+    }
+
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.all = false;
+    }
+}
+
+impl<V> Overlay<V> {
     fn walk_slots(&self) -> bool {
-        self.written.len().saturating_mul(WALK_RATIO) >= self.slots.len()
+        self.written.walk(self.slots.len())
+    }
+
+    /// Commit or abort done: nothing is pending.
+    fn clear_written(&mut self) {
+        self.written.clear();
+        self.dirty = 0;
     }
 
     /// Drops clean entries beyond `cache_entries`, the next ones in key
@@ -264,7 +306,7 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
         let pending: Box<dyn Iterator<Item = (&[u8], &Slot<V>)>> = if self.walk_slots() {
             Box::new(self.slots.iter().map(|(key, slot)| (&**key, slot)))
         } else {
-            let mut keys: Vec<&[u8]> = self.written.iter().map(|k| &**k).collect();
+            let mut keys: Vec<&[u8]> = self.written.keys.iter().map(|k| &**k).collect();
             keys.sort_unstable();
             keys.dedup();
             // A key not found was written and then forgotten.
@@ -302,12 +344,10 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
         if !self.cached {
             // Everything here was just written to the backend.
             self.slots.clear();
-            self.written.clear();
-            self.dirty = 0;
+            self.clear_written();
             return;
         }
         if self.walk_slots() {
-            self.written.clear();
             self.slots.retain(|_, slot| {
                 if let Slot::Dirty(_) = slot
                     && let Slot::Dirty(value) = std::mem::replace(slot, Slot::Deleted)
@@ -317,7 +357,7 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
                 !matches!(slot, Slot::Deleted)
             });
         } else {
-            for key in self.written.drain(..) {
+            for key in self.written.keys.drain(..) {
                 match self.slots.get_mut(&key) {
                     Some(Slot::Deleted) => {
                         self.slots.remove(&key);
@@ -331,7 +371,7 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
                 }
             }
         }
-        self.dirty = 0;
+        self.clear_written();
         self.evict(cache_entries);
     }
 
@@ -344,12 +384,16 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
     }
 
     fn abort(&mut self) {
-        for key in self.written.drain(..) {
-            if let Some(Slot::Dirty(_) | Slot::Deleted) = self.slots.get(&key) {
-                self.slots.remove(&key);
+        if self.walk_slots() {
+            self.slots.retain(|_, slot| matches!(slot, Slot::Clean(_)));
+        } else {
+            for key in self.written.keys.drain(..) {
+                if let Some(Slot::Dirty(_) | Slot::Deleted) = self.slots.get(&key) {
+                    self.slots.remove(&key);
+                }
             }
         }
-        self.dirty = 0;
+        self.clear_written();
     }
 
     fn dirty(&self) -> usize {
@@ -366,10 +410,13 @@ pub struct StateSet {
     backend: Box<dyn StateBackend>,
     names: Vec<String>,
     overlays: Vec<Option<Box<dyn ErasedOverlay>>>,
+    /// Committed entries kept in memory per store between commits.
+    cache_entries: usize,
 }
 
 impl StateSet {
-    /// Committed entries kept in memory per store between commits.
+    /// The cache bound of a state set built with [`StateSet::new`]: the
+    /// default of the topology's `state.cache_entries`.
     pub(crate) const CACHE_ENTRIES: usize = 100_000;
 
     /// A state set over `backend`, whose stores are `names` in order.
@@ -379,7 +426,14 @@ impl StateSet {
             backend,
             names,
             overlays,
+            cache_entries: Self::CACHE_ENTRIES,
         }
+    }
+
+    /// Keeps at most `entries` committed entries of each store in memory.
+    pub(crate) fn with_cache_entries(mut self, entries: usize) -> StateSet {
+        self.cache_entries = entries;
+        self
     }
 
     /// Declares the store `name` as holding `V`. Each store is declared
@@ -416,7 +470,7 @@ impl StateSet {
         self.overlays[index] = Some(Box::new(Overlay::<V> {
             name: name.to_string(),
             slots: BTreeMap::new(),
-            written: Vec::new(),
+            written: Written::default(),
             dirty: 0,
             evict_from: Box::default(),
             cached,
@@ -476,7 +530,7 @@ impl StateSet {
             .collect();
         self.backend.apply(&writes, meta)?;
         for overlay in self.overlays.iter_mut().flatten() {
-            overlay.committed(Self::CACHE_ENTRIES);
+            overlay.committed(self.cache_entries);
         }
         Ok(())
     }
@@ -561,6 +615,7 @@ impl<V: StateValue> StoreView<'_, V> {
         if !self.load(key)? {
             return Ok(None);
         }
+        let cached = self.overlay.slots.len();
         let Some(slot) = self.overlay.slots.get_mut(key) else {
             return Ok(None);
         };
@@ -569,7 +624,7 @@ impl<V: StateValue> StoreView<'_, V> {
         {
             *slot = Slot::Dirty(value);
             self.overlay.dirty += 1;
-            self.overlay.written.push(key.into());
+            self.overlay.written.mark(key, cached);
         }
         Ok(match slot {
             Slot::Dirty(v) => Some(v),
@@ -578,35 +633,37 @@ impl<V: StateValue> StoreView<'_, V> {
     }
 
     pub(crate) fn put(&mut self, key: &[u8], value: V) {
+        let cached = self.overlay.slots.len();
         match self.overlay.slots.get_mut(key) {
             Some(slot) => {
                 if matches!(slot, Slot::Clean(_)) {
                     self.overlay.dirty += 1;
-                    self.overlay.written.push(key.into());
+                    self.overlay.written.mark(key, cached);
                 }
                 *slot = Slot::Dirty(value);
             }
             None => {
                 self.overlay.slots.insert(key.into(), Slot::Dirty(value));
                 self.overlay.dirty += 1;
-                self.overlay.written.push(key.into());
+                self.overlay.written.mark(key, cached + 1);
             }
         }
     }
 
     pub(crate) fn delete(&mut self, key: &[u8]) {
+        let cached = self.overlay.slots.len();
         match self.overlay.slots.get_mut(key) {
             Some(slot) => {
                 if matches!(slot, Slot::Clean(_)) {
                     self.overlay.dirty += 1;
-                    self.overlay.written.push(key.into());
+                    self.overlay.written.mark(key, cached);
                 }
                 *slot = Slot::Deleted;
             }
             None => {
                 self.overlay.slots.insert(key.into(), Slot::Deleted);
                 self.overlay.dirty += 1;
-                self.overlay.written.push(key.into());
+                self.overlay.written.mark(key, cached + 1);
             }
         }
     }
@@ -620,7 +677,8 @@ impl<V: StateValue> StoreView<'_, V> {
         Ok(match previous {
             Some(Slot::Clean(v)) => {
                 self.overlay.dirty += 1;
-                self.overlay.written.push(key.into());
+                let cached = self.overlay.slots.len();
+                self.overlay.written.mark(key, cached);
                 Some(v)
             }
             Some(Slot::Dirty(v)) => Some(v),
@@ -971,7 +1029,7 @@ mod tests {
         }
         let entries = state.changelog().unwrap();
         state.committed(entries, &[]).unwrap();
-        assert!(overlay(&mut state).written.is_empty());
+        assert!(overlay(&mut state).written.keys.is_empty());
         assert_eq!(overlay(&mut state).slots.len() as u64, cached, "cached");
 
         let mut view = state.view(h);
@@ -979,8 +1037,10 @@ mod tests {
         view.delete(b"k1");
         view.put(b"new", 1);
         state.forget(0, b"new");
-        assert_eq!(overlay(&mut state).written.len(), 3);
         assert_eq!(overlay(&mut state).walk_slots(), walks_slots);
+        // Walking, the keys written are not copied.
+        let tracked = if walks_slots { 0 } else { 3 };
+        assert_eq!(overlay(&mut state).written.keys.len(), tracked);
         let entries = state.changelog().unwrap();
         let written: Vec<(&[u8], Option<&[u8]>)> = entries
             .iter()
@@ -991,15 +1051,31 @@ mod tests {
             vec![(&b"k1"[..], None), (&b"k3"[..], Some(&b"30"[..]))]
         );
         state.committed(entries, &[]).unwrap();
+        {
+            let overlay = overlay(&mut state);
+            assert!(overlay.written.keys.is_empty());
+            assert_eq!(overlay.dirty, 0);
+            assert_eq!(overlay.slots.len() as u64, cached - 1, "k1 is gone");
+            assert!(overlay.slots.values().all(|s| matches!(s, Slot::Clean(_))));
+            assert!(matches!(
+                overlay.slots.get(&b"k3"[..]),
+                Some(Slot::Clean(30))
+            ));
+        }
+
+        // An abort drops what was written since, whichever way it walks.
+        let mut view = state.view(h);
+        *view.get_mut(b"k3").unwrap().unwrap() = 31;
+        view.delete(b"k2");
+        view.put(b"other", 2);
+        assert_eq!(overlay(&mut state).walk_slots(), walks_slots);
+        state.abort();
+        assert_eq!(state.view(h).get(b"k3").unwrap(), Some(&30));
+        assert_eq!(state.view(h).get(b"k2").unwrap(), Some(&2));
+        assert_eq!(state.view(h).get(b"other").unwrap(), None);
         let overlay = overlay(&mut state);
-        assert!(overlay.written.is_empty());
-        assert_eq!(overlay.dirty, 0);
-        assert_eq!(overlay.slots.len() as u64, cached - 1, "k1 is gone");
+        assert_eq!((overlay.dirty, overlay.written.keys.len()), (0, 0));
         assert!(overlay.slots.values().all(|s| matches!(s, Slot::Clean(_))));
-        assert!(matches!(
-            overlay.slots.get(&b"k3"[..]),
-            Some(Slot::Clean(30))
-        ));
     }
 
     /// A commit over a large cache looks up the keys written since the last
@@ -1022,7 +1098,7 @@ mod tests {
         }
         let entries = state.changelog().unwrap();
         state.committed(entries, &[]).unwrap();
-        assert!(overlay(&mut state).written.is_empty());
+        assert!(overlay(&mut state).written.keys.is_empty());
         assert_eq!(overlay(&mut state).slots.len(), 10, "cached");
 
         // One key written among ten cached: one changelog entry, one key
@@ -1032,7 +1108,6 @@ mod tests {
         view.delete(b"k1");
         view.put(b"new", 1);
         state.forget(0, b"new");
-        assert_eq!(overlay(&mut state).written.len(), 3);
         let entries = state.changelog().unwrap();
         let written: Vec<(&[u8], Option<&[u8]>)> = entries
             .iter()

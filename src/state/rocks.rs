@@ -22,11 +22,83 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DB, Direction, FlushOptions, IteratorMode, Options,
-    ReadOptions, WriteBatch, WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DB, Direction, FlushOptions,
+    IteratorMode, Options, ReadOptions, WriteBatch, WriteBufferManager, WriteOptions,
 };
 
 use super::{RawIter, RawWrite, StateBackend, StateError};
+
+/// What every task database of an instance shares, so that RocksDB's memory
+/// is bounded by the topology's `state:` section and not by the number of
+/// tasks, stores or keys: one block cache (with the index and filter blocks
+/// charged to it) and one write buffer manager for all memtables.
+#[derive(Clone)]
+pub struct RocksResources {
+    cache: Cache,
+    write_buffers: WriteBufferManager,
+    max_open_files: i32,
+}
+
+impl Default for RocksResources {
+    /// The defaults of the topology's `state:` section.
+    fn default() -> RocksResources {
+        RocksResources::new(
+            RocksResources::BLOCK_CACHE,
+            RocksResources::WRITE_BUFFERS,
+            RocksResources::MAX_OPEN_FILES,
+        )
+    }
+}
+
+impl RocksResources {
+    /// Default block cache of an instance: 64 MiB.
+    pub const BLOCK_CACHE: usize = 64 << 20;
+    /// Default memtable budget of an instance: 128 MiB.
+    pub const WRITE_BUFFERS: usize = 128 << 20;
+    /// Default open files of each task database.
+    pub const MAX_OPEN_FILES: u32 = 1000;
+
+    /// One block cache of `block_cache` bytes, memtables of `write_buffers`
+    /// bytes in all, and `max_open_files` per database.
+    pub fn new(block_cache: usize, write_buffers: usize, max_open_files: u32) -> RocksResources {
+        RocksResources {
+            cache: Cache::new_lru_cache(block_cache),
+            // No stall: a writer over the budget flushes the largest
+            // memtable instead of waiting.
+            write_buffers: WriteBufferManager::new_write_buffer_manager(write_buffers, false),
+            max_open_files: i32::try_from(max_open_files).unwrap_or(i32::MAX),
+        }
+    }
+
+    /// Bytes in the block cache now.
+    pub fn block_cache_usage(&self) -> usize {
+        self.cache.get_usage()
+    }
+
+    /// Bytes of every memtable now.
+    pub fn write_buffer_usage(&self) -> usize {
+        self.write_buffers.get_usage()
+    }
+
+    fn store_options(&self) -> Options {
+        use rocksdb::DBCompressionType::{Lz4, None};
+        let mut options = Options::default();
+        // Levels 0 and 1 are small and rewritten soon: compressing them
+        // costs a restore's flushes and compactions more than it saves on
+        // disk (the usual RocksDB advice for write-heavy loads).
+        options.set_compression_per_level(&[None, None, Lz4, Lz4, Lz4, Lz4, Lz4]);
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&self.cache);
+        // Index and filter blocks count against the cache instead of
+        // growing with the data; the level-0 ones stay pinned, as every
+        // read looks at them.
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_cache_index_and_filter_blocks_with_high_priority(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        options.set_block_based_table_factory(&table);
+        options
+    }
+}
 
 const META_PREFIX: &[u8] = b"streamfold.meta/";
 
@@ -49,7 +121,11 @@ impl RocksBackend {
     /// Opens (or creates) the database at `path` with a column family per
     /// store. Column families of stores the topology no longer declares
     /// are dropped.
-    pub fn open(path: &Path, stores: &[String]) -> Result<RocksBackend, StateError> {
+    pub fn open(
+        path: &Path,
+        stores: &[String],
+        resources: &RocksResources,
+    ) -> Result<RocksBackend, StateError> {
         std::fs::create_dir_all(path)
             .map_err(|e| StateError::Backend(format!("cannot create {}: {e}", path.display())))?;
         let mut options = Options::default();
@@ -58,6 +134,8 @@ impl RocksBackend {
         // Restored batches skip the WAL: see the module docs.
         options.set_atomic_flush(true);
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        options.set_write_buffer_manager(&resources.write_buffers);
+        options.set_max_open_files(resources.max_open_files);
         let existing = DB::list_cf(&options, path).unwrap_or_default();
         let mut families: Vec<String> = stores.to_vec();
         for name in &existing {
@@ -67,7 +145,7 @@ impl RocksBackend {
         }
         let descriptors = families
             .iter()
-            .map(|name| ColumnFamilyDescriptor::new(name, store_options()));
+            .map(|name| ColumnFamilyDescriptor::new(name, resources.store_options()));
         let mut db = DB::open_cf_descriptors(&options, path, descriptors)
             .map_err(|e| backend_error(path, e))?;
         for stale in &families[stores.len()..] {
@@ -180,16 +258,6 @@ impl Drop for RocksBackend {
     }
 }
 
-fn store_options() -> Options {
-    use rocksdb::DBCompressionType::{Lz4, None};
-    let mut options = Options::default();
-    // Levels 0 and 1 are small and rewritten soon: compressing them costs
-    // a restore's flushes and compactions more than it saves on disk
-    // (the usual RocksDB advice for write-heavy loads).
-    options.set_compression_per_level(&[None, None, Lz4, Lz4, Lz4, Lz4, Lz4]);
-    options
-}
-
 fn meta_key(key: &str) -> Vec<u8> {
     let mut out = META_PREFIX.to_vec();
     out.extend_from_slice(key.as_bytes());
@@ -300,12 +368,78 @@ mod tests {
             .collect()
     }
 
+    /// Two task databases over one [`RocksResources`]: their memtables
+    /// together stay near the write buffer budget (the largest is flushed,
+    /// where RocksDB alone would keep 64 MiB per store in memory) and their
+    /// reads fill one block cache that never exceeds its capacity.
+    #[test]
+    fn task_databases_share_one_memory_budget() {
+        const MIB: usize = 1 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        let resources = RocksResources::new(2 * MIB, 4 * MIB, 64);
+        let stores = vec!["n-open".to_string()];
+        let mut dbs: Vec<RocksBackend> = (0..2)
+            .map(|task| {
+                RocksBackend::open(&dir.path().join(task.to_string()), &stores, &resources).unwrap()
+            })
+            .collect();
+        // 2 x 24 MiB of distinct keys with incompressible-ish values.
+        let value: Box<[u8]> = (0..1024u32).map(|i| (i * 7919 % 251) as u8).collect();
+        let mut peak = 0;
+        for round in 0..24 * 1024 / 256 {
+            for db in &mut dbs {
+                let writes: Vec<RawWrite> = (0..256)
+                    .map(|i| RawWrite {
+                        store: 0,
+                        key: format!("key-{round:05}-{i:03}").into_bytes().into(),
+                        value: Some(value.clone()),
+                    })
+                    .collect();
+                db.apply(&writes, &[]).unwrap();
+                peak = peak.max(resources.write_buffer_usage());
+            }
+        }
+        // Flushes run in the background, so the usage can pass the budget
+        // for a moment; without the shared budget it reaches 48 MiB.
+        assert!(
+            peak < 16 * MIB,
+            "memtables of both databases peaked at {peak} bytes, budget 4 MiB"
+        );
+        let on_disk = |db: &RocksBackend| {
+            db.db
+                .property_int_value_cf(db.cf(0).unwrap(), "rocksdb.total-sst-files-size")
+                .unwrap()
+                .unwrap_or(0)
+        };
+        assert!(
+            dbs.iter().all(|db| on_disk(db) > 0),
+            "both databases flushed to files"
+        );
+        for db in &dbs {
+            for round in (0..24 * 1024 / 256).step_by(3) {
+                assert_eq!(
+                    db.get(0, format!("key-{round:05}-007").as_bytes())
+                        .unwrap()
+                        .as_deref(),
+                    Some(&*value)
+                );
+            }
+        }
+        let cached = resources.block_cache_usage();
+        assert!(cached > 0, "reads went through the shared cache");
+        assert!(
+            cached <= 2 * MIB,
+            "the cache holds {cached} bytes, capacity 2 MiB"
+        );
+    }
+
     #[test]
     fn writes_meta_and_ranges_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let stores = vec!["a-open".to_string(), "a-timers".to_string()];
         {
-            let mut db = RocksBackend::open(dir.path(), &stores).unwrap();
+            let mut db =
+                RocksBackend::open(dir.path(), &stores, &RocksResources::default()).unwrap();
             db.apply(
                 &[
                     write(0, "k1", Some("v1")),
@@ -318,7 +452,7 @@ mod tests {
             db.apply(&[write(0, "k2", None), write(0, "k3", Some("v3"))], &[])
                 .unwrap();
         }
-        let db = RocksBackend::open(dir.path(), &stores).unwrap();
+        let db = RocksBackend::open(dir.path(), &stores, &RocksResources::default()).unwrap();
         assert_eq!(db.get(0, b"k1").unwrap().as_deref(), Some(&b"v1"[..]));
         assert_eq!(db.get(0, b"k2").unwrap(), None);
         assert_eq!(db.meta("offsets").unwrap(), Some(b"12".to_vec()));
@@ -378,7 +512,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
         let stores = vec!["a-open".to_string(), "a-timers".to_string()];
-        let mut db = RocksBackend::open(&path, &stores).unwrap();
+        let mut db = RocksBackend::open(&path, &stores, &RocksResources::default()).unwrap();
         db.apply(
             &[write(0, "before", Some("1"))],
             &[("offsets".into(), b"1".to_vec())],
@@ -403,7 +537,12 @@ mod tests {
         .unwrap();
         drop(db);
 
-        let during = RocksBackend::open(&dir.path().join("during-restore"), &stores).unwrap();
+        let during = RocksBackend::open(
+            &dir.path().join("during-restore"),
+            &stores,
+            &RocksResources::default(),
+        )
+        .unwrap();
         let restored = during.get(0, b"r1").unwrap().is_some();
         assert_eq!(during.get(1, b"t1").unwrap().is_some(), restored);
         assert_eq!(
@@ -420,13 +559,18 @@ mod tests {
             Some(&b"1"[..])
         );
 
-        let after = RocksBackend::open(&dir.path().join("after-a-commit"), &stores).unwrap();
+        let after = RocksBackend::open(
+            &dir.path().join("after-a-commit"),
+            &stores,
+            &RocksResources::default(),
+        )
+        .unwrap();
         assert_eq!(after.get(0, b"r1").unwrap().as_deref(), Some(&b"a"[..]));
         assert_eq!(after.get(1, b"t1").unwrap().as_deref(), Some(&b""[..]));
         assert_eq!(after.get(0, b"after").unwrap().as_deref(), Some(&b"2"[..]));
         assert_eq!(after.meta("offsets").unwrap(), Some(b"4".to_vec()));
 
-        let closed = RocksBackend::open(&path, &stores).unwrap();
+        let closed = RocksBackend::open(&path, &stores, &RocksResources::default()).unwrap();
         assert_eq!(closed.get(0, b"r2").unwrap().as_deref(), Some(&b"b"[..]));
         assert_eq!(closed.meta("offsets").unwrap(), Some(b"5".to_vec()));
     }
@@ -435,12 +579,21 @@ mod tests {
     fn stores_dropped_from_the_topology_are_removed() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let mut db =
-                RocksBackend::open(dir.path(), &["old".to_string(), "kept".to_string()]).unwrap();
+            let mut db = RocksBackend::open(
+                dir.path(),
+                &["old".to_string(), "kept".to_string()],
+                &RocksResources::default(),
+            )
+            .unwrap();
             db.apply(&[write(0, "x", Some("1")), write(1, "y", Some("2"))], &[])
                 .unwrap();
         }
-        let db = RocksBackend::open(dir.path(), &["kept".to_string()]).unwrap();
+        let db = RocksBackend::open(
+            dir.path(),
+            &["kept".to_string()],
+            &RocksResources::default(),
+        )
+        .unwrap();
         assert_eq!(db.get(0, b"y").unwrap().as_deref(), Some(&b"2"[..]));
         let families = DB::list_cf(&Options::default(), dir.path()).unwrap();
         assert!(!families.contains(&"old".to_string()), "{families:?}");

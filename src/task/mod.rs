@@ -206,7 +206,8 @@ impl Task {
         routing: Routing,
     ) -> Result<Task, StateError> {
         let names = topology.stores().map(|s| s.name.clone()).collect();
-        let mut state = StateSet::new(backend, names);
+        let mut state =
+            StateSet::new(backend, names).with_cache_entries(topology.state.cache_entries);
         let mut nodes = Vec::with_capacity(topology.nodes.len());
         let max_record_bytes = topology.kafka.max_record_bytes();
         for node in &topology.nodes {

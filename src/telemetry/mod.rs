@@ -293,5 +293,11 @@ pub(crate) const RECORDS_COMMITTED: &str = "streamfold_runtime_records_committed
 pub(crate) const RECORDS_TOO_LARGE: &str = "streamfold_runtime_records_too_large_total";
 /// Tasks currently running (restored and processing).
 pub(crate) const TASKS_RUNNING: &str = "streamfold_runtime_tasks_running";
+/// Bytes in the RocksDB block cache every task of the instance shares
+/// (bounded by `state.block_cache`).
+pub(crate) const STATE_BLOCK_CACHE: &str = "streamfold_state_block_cache_bytes";
+/// Bytes of every RocksDB memtable of the instance (kept near
+/// `state.write_buffers` by flushing).
+pub(crate) const STATE_WRITE_BUFFERS: &str = "streamfold_state_write_buffer_bytes";
 /// Source topics `run` is waiting for at startup (0 once they all exist).
 pub(crate) const MISSING_SOURCE_TOPICS: &str = "streamfold_runtime_missing_source_topics";

@@ -251,6 +251,11 @@ impl Loader {
                 self.error_at(&["processing".into(), field.into()], message);
             }
         }
+        if let Some(state) = &parsed.state {
+            for (field, message) in state.problems() {
+                self.error_at(&["state".into(), field.into()], message);
+            }
+        }
         self.check_formats(parsed);
         if let Some(kafka) = &parsed.kafka {
             for (path, message) in kafka.security_problems() {
@@ -312,6 +317,7 @@ impl Loader {
             sinks,
             dead_letter: Some(dead_letter),
             schema_registry: Some(schema_registry),
+            state: Some(state),
             queries: Some(queries),
             ..
         } = parsed
@@ -329,6 +335,7 @@ impl Loader {
             sinks: Vec::new(),
             dead_letter_topic: dead_letter.map_or_else(|| format!("{app}-dlq"), |d| d.topic),
             schema_registry,
+            state,
             queries,
             order,
             warnings: Vec::new(),

@@ -30,7 +30,7 @@ use std::path::Path as FsPath;
 use de::{DeError, Path, from_node, unknown_name};
 use model::{
     DeadLetterConfig, KafkaConfig, NODE_COMMON_FIELDS, NodeCommon, ProcessingConfig, QueriesConfig,
-    SchemaRegistryConfig, SinkConfig, SourceConfig,
+    SchemaRegistryConfig, SinkConfig, SourceConfig, StateConfig,
 };
 use yaml::{Kind, Node as YamlNode, Pos};
 
@@ -86,6 +86,8 @@ pub struct Topology {
     pub dead_letter_topic: String,
     /// The schema registry of `avro` sources and sinks.
     pub(crate) schema_registry: Option<SchemaRegistryConfig>,
+    /// Memory and open files of the local state.
+    pub state: StateConfig,
     /// Interactive queries (`run --query-addr` overrides).
     pub queries: QueriesConfig,
     /// Node indexes, each after every node that feeds it.
@@ -367,6 +369,7 @@ struct Parsed {
     sinks: Vec<(String, Option<SinkConfig>)>,
     dead_letter: Option<Option<DeadLetterConfig>>,
     schema_registry: Option<Option<SchemaRegistryConfig>>,
+    state: Option<StateConfig>,
     queries: Option<QueriesConfig>,
     /// Whether everything parsed.
     complete: bool,
@@ -382,6 +385,7 @@ const TOP_LEVEL: &[&str] = &[
     "sinks",
     "dead_letter",
     "schema_registry",
+    "state",
     "queries",
 ];
 
@@ -509,6 +513,10 @@ impl Loader {
                 .map(Some),
             None => Some(None),
         };
+        let state = match root.get("state") {
+            Some(n) => self.read::<StateConfig>(n, &top.key("state")),
+            None => Some(StateConfig::default()),
+        };
         let queries = match root.get("queries") {
             Some(n) => self.read::<QueriesConfig>(n, &top.key("queries")),
             None => Some(QueriesConfig::default()),
@@ -541,6 +549,7 @@ impl Loader {
             sinks,
             dead_letter,
             schema_registry,
+            state,
             queries,
             complete: self.diagnostics.len() == errors_before,
         })
@@ -772,6 +781,66 @@ sinks:
                     .iter()
                     .any(|e| e.contains(field) && e.contains("at least 1ms")),
                 "{field}: {errors:?}"
+            );
+        }
+    }
+
+    /// The `state:` section: sizes in any unit or bytes, defaults for what
+    /// is left out, and a clear error for what RocksDB cannot work with.
+    #[test]
+    fn the_state_section_takes_sizes_and_refuses_what_cannot_work() {
+        let default = load(MINIMAL).unwrap().state;
+        assert_eq!(default.block_cache.0, 64 << 20);
+        assert_eq!(default.write_buffers.0, 128 << 20);
+        assert_eq!(default.max_open_files, 1000);
+        assert_eq!(default.cache_entries, 100_000);
+
+        let with = |section: &str| MINIMAL.replace("nodes:", &format!("state:\n{section}nodes:"));
+        let state = load(&with(
+            "  block_cache: 1GiB\n  write_buffers: 500MB\n  max_open_files: 64\n  cache_entries: 10\n",
+        ))
+        .unwrap()
+        .state;
+        assert_eq!(state.block_cache.0, 1 << 30);
+        assert_eq!(state.write_buffers.0, 500_000_000);
+        assert_eq!(state.max_open_files, 64);
+        assert_eq!(state.cache_entries, 10);
+        assert_eq!(
+            load(&with("  block_cache: 2097152\n"))
+                .unwrap()
+                .state
+                .block_cache
+                .0,
+            2 << 20,
+            "a bare number is bytes"
+        );
+
+        for (section, expected) in [
+            (
+                "  block_cache: 512KiB\n",
+                "state.block_cache: 512KiB is too small: at least 1MiB",
+            ),
+            (
+                "  write_buffers: 10\n",
+                "state.write_buffers: 10B is too small: at least 1MiB",
+            ),
+            (
+                "  max_open_files: 3\n",
+                "state.max_open_files: must be at least 16",
+            ),
+            (
+                "  block_cache: lots\n",
+                "state.block_cache: expected a size like \"64MiB\" or \"1GB\", found \"lots\"",
+            ),
+            (
+                "  cache_size: 5\n",
+                "state.cache_size: unknown field `cache_size`",
+            ),
+        ] {
+            let errors = load(&with(section)).expect_err(section);
+            assert!(
+                errors.iter().any(|e| e.contains(expected)),
+                "{section}: {errors:?}"
             );
         }
     }

@@ -12,8 +12,9 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::types::{HumanDuration, Inputs, JsonPointer};
+use super::types::{HumanBytes, HumanDuration, Inputs, JsonPointer};
 use crate::operators::registry::NodeKind;
+use crate::state::rocks::RocksResources;
 
 /// A streamfold topology: where records come from, what happens to them,
 /// and where they go.
@@ -47,6 +48,9 @@ pub struct TopologyFile {
     /// sinks. Required when any of them uses Avro.
     #[serde(default)]
     pub(crate) schema_registry: Option<SchemaRegistryConfig>,
+    /// Memory and open files of the local state, for the whole instance.
+    #[serde(default)]
+    pub(crate) state: StateConfig,
     /// Interactive queries: serve the stores' committed state over HTTP
     /// (see docs/queries.md). Off unless `addr` or `run --query-addr` is
     /// set.
@@ -254,6 +258,84 @@ impl ProcessingConfig {
             Guarantee::ExactlyOnce => HumanDuration::from_millis(100),
             Guarantee::AtLeastOnce => HumanDuration::from_secs(5),
         })
+    }
+}
+
+/// How much memory and how many files the local state of one instance may
+/// use. RocksDB's block cache and write buffers are shared by every store
+/// of every task of the instance (the bounded-memory setup Kafka Streams
+/// documents for its `RocksDBConfigSetter`), so they do not grow with the
+/// number of partitions or keys; the decoded-entry cache is per store of
+/// each task.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct StateConfig {
+    /// RocksDB's block cache: data, index and filter blocks of every store,
+    /// one LRU cache for the instance.
+    #[serde(default = "default_block_cache")]
+    pub(crate) block_cache: HumanBytes,
+    /// RocksDB's write buffers (memtables) of every store together: when
+    /// they reach this much, the largest is flushed to disk.
+    #[serde(default = "default_write_buffers")]
+    pub(crate) write_buffers: HumanBytes,
+    /// Files each task's database keeps open (RocksDB `max_open_files`).
+    #[serde(default = "default_max_open_files")]
+    pub(crate) max_open_files: u32,
+    /// Committed entries each store of a task keeps decoded in memory
+    /// between commits (a read cache over RocksDB; pending writes are kept
+    /// whatever the bound).
+    #[serde(default = "default_cache_entries")]
+    pub(crate) cache_entries: usize,
+}
+
+fn default_block_cache() -> HumanBytes {
+    HumanBytes(RocksResources::BLOCK_CACHE as u64)
+}
+
+fn default_write_buffers() -> HumanBytes {
+    HumanBytes(RocksResources::WRITE_BUFFERS as u64)
+}
+
+fn default_max_open_files() -> u32 {
+    RocksResources::MAX_OPEN_FILES
+}
+
+fn default_cache_entries() -> usize {
+    crate::state::StateSet::CACHE_ENTRIES
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            block_cache: default_block_cache(),
+            write_buffers: default_write_buffers(),
+            max_open_files: default_max_open_files(),
+            cache_entries: default_cache_entries(),
+        }
+    }
+}
+
+impl StateConfig {
+    /// Problems with these settings, as (field, message).
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        // RocksDB shards its cache in 64 parts of at least 512 KiB each
+        // under 32 MiB; a write buffer budget smaller than one memtable
+        // block flushes after every write.
+        for (field, size) in [
+            ("block_cache", self.block_cache),
+            ("write_buffers", self.write_buffers),
+        ] {
+            if size < HumanBytes::mib(1) {
+                problems.push((field, format!("{size} is too small: at least 1MiB")));
+            }
+        }
+        // RocksDB keeps a few files open itself (the WAL, the manifest, the
+        // info log) and needs room for each level.
+        if self.max_open_files < 16 {
+            problems.push(("max_open_files", "must be at least 16".to_string()));
+        }
+        problems
     }
 }
 

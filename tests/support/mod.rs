@@ -560,6 +560,40 @@ pub struct AppConfig {
     pub args: Vec<String>,
 }
 
+impl AppConfig {
+    /// The changelog topics of the topology's stores, named as the
+    /// compiler names them (`StoreDef`) with this config's environment.
+    #[allow(dead_code)] // not every test binary reads changelogs
+    pub fn changelog_topics(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.topology).expect("topology file");
+        let env = |name: &str| {
+            self.env
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .or_else(|| std::env::var(name).ok())
+        };
+        let topology =
+            streamfold::topology::load_str(&self.topology.display().to_string(), &text, &env)
+                .unwrap_or_else(|e| panic!("the topology loads: {e:?}"));
+        topology
+            .stores()
+            .map(|s| s.changelog_topic.clone())
+            .collect()
+    }
+}
+
+/// A process's peak resident set (VmHWM) so far, in MiB.
+#[allow(dead_code)] // the benches' helper
+pub fn peak_rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
 pub fn streamfold_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_streamfold"))
 }

@@ -303,11 +303,12 @@ impl Queries {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::rocks::RocksBackend;
+    use crate::state::rocks::{RocksBackend, RocksResources};
     use crate::state::{RawWrite, StateBackend};
 
     fn backend(dir: &std::path::Path, state: &Arc<QueryState>, task: i32) -> RocksBackend {
-        let mut backend = RocksBackend::open(dir, &["n-latest".to_string()]).unwrap();
+        let mut backend =
+            RocksBackend::open(dir, &["n-latest".to_string()], &RocksResources::default()).unwrap();
         let db = backend.shared();
         state.opened(task, Arc::clone(&db));
         let hook_state = Arc::clone(state);

@@ -552,7 +552,7 @@ mod tests {
     use std::io::{Read, Write};
 
     use super::*;
-    use crate::state::rocks::RocksBackend;
+    use crate::state::rocks::{RocksBackend, RocksResources};
     use crate::state::{RawWrite, StateBackend};
 
     const TOPOLOGY: &str = "
@@ -600,7 +600,8 @@ sinks:
         let topology = Arc::new(crate::topology::load_str("q.yaml", TOPOLOGY, &|_| None).unwrap());
         let dir = tempfile::tempdir().unwrap();
         let stores: Vec<String> = topology.stores().map(|s| s.name.clone()).collect();
-        let mut backend = RocksBackend::open(dir.path(), &stores).unwrap();
+        let mut backend =
+            RocksBackend::open(dir.path(), &stores, &RocksResources::default()).unwrap();
         // Two partitions; find a key of each.
         let key_of = |task: i32| {
             (0..)
