@@ -1036,10 +1036,15 @@ mod tests {
             .unwrap()
     }
 
-    /// Writes a few keys over `cached` committed ones (a change, a deletion,
-    /// a forgotten write) and checks the changelog and the cache after the
-    /// commit, whichever way the commit walks.
-    fn commit_a_few_writes_over(cached: u64, walks_slots: bool) {
+    /// `cached` committed keys `k0`, `k1`, ..., then a change (`k3`), a
+    /// deletion (`k1`) and a forgotten write (`new`): checks which way the
+    /// commit will walk, what it keeps of the keys written, and the
+    /// changelog (one entry per key written, in key order), and returns it
+    /// uncommitted.
+    fn a_few_writes_over(
+        cached: u64,
+        walks_slots: bool,
+    ) -> (StateSet, StoreHandle<u64>, Vec<ChangelogEntry>) {
         let (mut state, h) = state();
         for i in 0..cached {
             state.view(h).put(format!("k{i}").as_bytes(), i);
@@ -1067,6 +1072,14 @@ mod tests {
             written,
             vec![(&b"k1"[..], None), (&b"k3"[..], Some(&b"30"[..]))]
         );
+        (state, h, entries)
+    }
+
+    /// Writes a few keys over `cached` committed ones (a change, a deletion,
+    /// a forgotten write) and checks the changelog and the cache after the
+    /// commit, whichever way the commit walks.
+    fn commit_a_few_writes_over(cached: u64, walks_slots: bool) {
+        let (mut state, h, entries) = a_few_writes_over(cached, walks_slots);
         state.committed(entries, &[]).unwrap();
         {
             let overlay = overlay(&mut state);
@@ -1125,31 +1138,9 @@ mod tests {
     /// different range each round.
     #[test]
     fn a_commit_costs_what_was_written_and_a_full_cache_loses_only_its_excess() {
-        let (mut state, h) = state();
-        for i in 0..10u64 {
-            state.view(h).put(format!("k{i}").as_bytes(), i);
-        }
-        let entries = state.changelog().unwrap();
-        state.committed(entries, &[]).unwrap();
-        assert!(overlay(&mut state).written.len() == 0);
-        assert_eq!(overlay(&mut state).slots.len(), 10, "cached");
-
-        // One key written among ten cached: one changelog entry, one key
-        // tracked, in key order with a deletion and a forgotten write.
-        let mut view = state.view(h);
-        *view.get_mut(b"k3").unwrap().unwrap() = 30;
-        view.delete(b"k1");
-        view.put(b"new", 1);
-        state.forget(0, b"new");
-        let entries = state.changelog().unwrap();
-        let written: Vec<(&[u8], Option<&[u8]>)> = entries
-            .iter()
-            .map(|e| (&*e.key, e.value.as_deref()))
-            .collect();
-        assert_eq!(
-            written,
-            vec![(&b"k1"[..], None), (&b"k3"[..], Some(&b"30"[..]))]
-        );
+        // One key changed among ten cached, one deleted, one written and
+        // forgotten: two changelog entries, in key order.
+        let (mut state, h, _) = a_few_writes_over(10, true);
 
         // Nine cached (k1 was deleted), the bound is 6: the first three
         // go.
