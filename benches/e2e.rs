@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo bench --bench e2e -- [--events N] [--accounts A] [--partitions P] [--repeat R]
-//!                             [--peer quix] [--peer-limit L]
+//!                             [--threads T[,T…]] [--peer quix] [--peer-limit L]
 //! ```
 //!
 //! 1. Produces N post-metric events (default 1,000,000) over A accounts
@@ -17,6 +17,8 @@
 //!    application (group, state): timed from its first record consumed to
 //!    its last record committed (both from its metrics, sampled every
 //!    25 ms), so the group join is excluded. Peak RSS from /proc (VmHWM).
+//!    With `--threads 1,2`, once per number of processing threads (`run
+//!    --threads`); by default with the topology's default (the cores).
 //! 4. Latency: with streamfold running (exactly_once), bursts of 100
 //!    events for one account (a fold closes at its 100th event) are sent
 //!    every 20 ms; latency is from the burst's last event (its timestamp,
@@ -60,6 +62,8 @@ struct Options {
     quix: bool,
     /// Records the peer processes (a prefix of the topic).
     peer_limit: u64,
+    /// `run --threads` values to measure (none: the default).
+    threads: Vec<Option<usize>>,
 }
 
 fn options() -> Options {
@@ -74,6 +78,7 @@ fn options() -> Options {
             bursts: 200,
             quix: false,
             peer_limit: 300_000,
+            threads: vec![None],
         }
     } else {
         Options {
@@ -84,6 +89,7 @@ fn options() -> Options {
             bursts: 10,
             quix: false,
             peer_limit: 300_000,
+            threads: vec![None],
         }
     };
     let mut i = 1;
@@ -100,6 +106,12 @@ fn options() -> Options {
                 o.quix = benchmarking;
             }
             "--peer-limit" => o.peer_limit = value.parse().expect("--peer-limit N"),
+            "--threads" => {
+                o.threads = value
+                    .split(',')
+                    .map(|t| Some(t.parse().expect("--threads T[,T…]")))
+                    .collect();
+            }
             // cargo passes `--bench`; ignore what is not ours.
             _ => {
                 i += 1;
@@ -155,9 +167,19 @@ fn app_config(topic: &str, guarantee: &str, dir: &std::path::Path) -> (AppConfig
     (config, folded)
 }
 
-/// One streamfold run over the whole topic: (records/s, peak RSS MiB).
-fn streamfold_run(topic: &str, events: u64, guarantee: &str, dir: &std::path::Path) -> (f64, f64) {
-    let (config, _) = app_config(topic, guarantee, dir);
+/// One streamfold run over the whole topic with `threads` processing
+/// threads: (records/s, peak RSS MiB).
+fn streamfold_run(
+    topic: &str,
+    events: u64,
+    guarantee: &str,
+    threads: Option<usize>,
+    dir: &std::path::Path,
+) -> (f64, f64) {
+    let (mut config, _) = app_config(topic, guarantee, dir);
+    config
+        .args
+        .extend(threads.map(|t| format!("--threads={t}")));
     let app = App::start(&config, dir);
     let deadline = Instant::now() + Duration::from_secs(1800);
     let mut first: Option<Instant> = None;
@@ -338,18 +360,24 @@ fn main() {
 
     let mut results = Vec::new();
     for guarantee in ["exactly_once", "at_least_once"] {
-        let mut rates = Vec::new();
-        let mut rss = Vec::new();
-        for run in 0..o.repeat {
-            let (rate, peak) = streamfold_run(&topic, o.events, guarantee, dir.path());
-            eprintln!(
-                "streamfold {guarantee} run {run}: {rate:.0} records/s ({:.1}s), peak RSS {peak:.0} MiB",
-                o.events as f64 / rate
-            );
-            rates.push(rate);
-            rss.push(peak);
+        for &threads in &o.threads {
+            let label = match threads {
+                Some(t) => format!("{guarantee}, {t} thread{}", if t == 1 { "" } else { "s" }),
+                None => guarantee.to_string(),
+            };
+            let mut rates = Vec::new();
+            let mut rss = Vec::new();
+            for run in 0..o.repeat {
+                let (rate, peak) = streamfold_run(&topic, o.events, guarantee, threads, dir.path());
+                eprintln!(
+                    "streamfold {label} run {run}: {rate:.0} records/s ({:.1}s), peak RSS {peak:.0} MiB",
+                    o.events as f64 / rate
+                );
+                rates.push(rate);
+                rss.push(peak);
+            }
+            results.push((label, median(&mut rates), median(&mut rss)));
         }
-        results.push((guarantee, median(&mut rates), median(&mut rss)));
     }
 
     let mut quix = Vec::new();
@@ -429,10 +457,10 @@ fn main() {
             100.0 * rate / tuned,
             median(&mut quix_rss)
         );
-        let (guarantee, streamfold, _) = results[0];
+        let (guarantee, streamfold, _) = &results[0];
         println!(
             "\nstreamfold social-metrics ({guarantee}) / Quix Streams: {:.1}x (Quix timed over the first {} of {} records; runs: {})",
-            streamfold / rate,
+            *streamfold / rate,
             o.peer_limit,
             o.events,
             runs

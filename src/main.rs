@@ -48,6 +48,10 @@ enum Command {
         /// Overrides `processing.state_dir`.
         #[arg(long, env = "STREAMFOLD_STATE_DIR")]
         state_dir: Option<PathBuf>,
+        /// Overrides `processing.threads`: threads that process records
+        /// (default: the number of cores).
+        #[arg(long, env = "STREAMFOLD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+        threads: Option<u16>,
         /// Serve Prometheus metrics on this address (`0.0.0.0:9464`).
         #[arg(long, env = "STREAMFOLD_METRICS_ADDR")]
         metrics_addr: Option<SocketAddr>,
@@ -221,6 +225,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             bootstrap_servers,
             instance_id,
             state_dir,
+            threads,
             metrics_addr,
             query_addr,
             query_advertised_addr,
@@ -243,6 +248,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 bootstrap_servers,
                 instance_id: instance_id.unwrap_or_else(default_instance_id),
                 state_dir,
+                threads: threads.map(usize::from),
                 properties: property,
                 hooks: streamfold::runtime::commit::TestHooks {
                     stamp: txn_header,

@@ -18,6 +18,11 @@
 //! - a broker restart (SIGTERM or SIGKILL, down for a while): at least one
 //!   per run.
 //!
+//! The instances run with different numbers of processing threads
+//! (`--threads`: instance-0, 3, … the default, the number of cores;
+//! instance-1, 4, … one; instance-2, 5, … four), so tasks move between
+//! single- and multi-threaded members.
+//!
 //! Then the faults stop, the test waits until the group has committed every
 //! input record and every repartitioned record (by committed offsets, not by
 //! a quiet period) and the outputs that timers produce are all there (every
@@ -193,6 +198,13 @@ struct Cluster {
     logs: Vec<PathBuf>,
 }
 
+/// `--threads` of instance `id` (`instance-<n>`): none (the default)
+/// for every third, else one or four.
+fn threads_of(id: &str) -> Option<usize> {
+    let n: usize = id.rsplit('-').next()?.parse().ok()?;
+    [None, Some(1), Some(4)][n % 3]
+}
+
 impl Cluster {
     fn start(topology: &str, env: Vec<(String, String)>, settings: &Settings) -> Cluster {
         let mut cluster = Cluster {
@@ -223,6 +235,8 @@ impl Cluster {
             "STREAMFOLD_STATIC_MEMBERSHIP".into(),
             self.static_membership.to_string(),
         ));
+        let mut args = vec!["--txn-journal".into(), journal.display().to_string()];
+        args.extend(threads_of(id).map(|n| format!("--threads={n}")));
         let app = App::start(
             &AppConfig {
                 topology: self.topology.clone(),
@@ -230,7 +244,7 @@ impl Cluster {
                 state_dir: state.clone(),
                 env,
                 txn_header: true,
-                args: vec!["--txn-journal".into(), journal.display().to_string()],
+                args,
             },
             self.dir(),
         );

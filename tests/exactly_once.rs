@@ -245,6 +245,16 @@ impl Scenario {
     fn in_restore(&self) -> bool {
         self.fault.starts_with("restore:")
     }
+
+    /// Processing threads: one, or four (as many as the partitions, so
+    /// every task may get one), for half the scenarios of each guarantee.
+    fn threads(&self) -> usize {
+        if self.exactly_once == self.event_clock {
+            4
+        } else {
+            1
+        }
+    }
 }
 
 struct Setup {
@@ -256,6 +266,8 @@ struct Setup {
     journal: PathBuf,
     exactly_once: bool,
     timers: bool,
+    /// `run --threads`.
+    threads: usize,
     topology: PathBuf,
 }
 
@@ -289,6 +301,7 @@ impl Setup {
             dir,
             exactly_once: scenario.exactly_once,
             timers: scenario.timers,
+            threads: scenario.threads(),
             topology,
         };
         create_topic(&setup.source, PARTITIONS);
@@ -314,6 +327,8 @@ impl Setup {
         let mut args = vec![
             "--txn-journal".to_string(),
             self.journal.display().to_string(),
+            "--threads".to_string(),
+            self.threads.to_string(),
         ];
         if let Some(fault) = fault {
             args.push("--inject-fault".into());
@@ -469,7 +484,7 @@ fn run(scenario: Scenario) {
         "every abort finishes within a second: {aborts:?}"
     );
     eprintln!(
-        "{}, {}, {} clock: {} folded events, {excused} excused from {} uncommitted transactions, aborts took {aborts:?} ms",
+        "{}, {}, {} clock, {} threads: {} folded events, {excused} excused from {} uncommitted transactions, aborts took {aborts:?} ms",
         scenario.fault,
         if scenario.exactly_once {
             "exactly_once"
@@ -481,6 +496,7 @@ fn run(scenario: Scenario) {
         } else {
             "processing"
         },
+        scenario.threads(),
         outputs.len(),
         journal.uncommitted().len(),
     );

@@ -20,6 +20,8 @@ pub struct RunOptions {
     pub instance_id: String,
     /// Overrides `processing.state_dir`.
     pub state_dir: Option<PathBuf>,
+    /// Overrides `processing.threads`.
+    pub threads: Option<usize>,
     /// librdkafka properties from `-X key=value`, applied last.
     pub properties: Vec<(String, String)>,
     /// Testing aids: transaction stamps, journal, injected faults.

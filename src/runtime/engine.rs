@@ -1,9 +1,11 @@
 //! The processing loop of `streamfold run`.
 //!
 //! One thread polls the group consumer and drives every task of this
-//! instance: decode, process, produce, punctuate, commit. Tasks are
-//! created on assignment and closed on revocation, from the consumer's
-//! rebalance callback (which runs inside `poll`, on this thread).
+//! instance: poll, produce, commit. Tasks are created on assignment and
+//! closed on revocation, from the consumer's rebalance callback (which
+//! runs inside `poll`, on this thread). The tasks decode and process the
+//! messages of each polled batch, and fire their timers, side by side on
+//! the processing threads ([`super::batch`]).
 //!
 //! **Assignment.** The group assigns partitions of the first source topic
 //! (cooperative-sticky, optionally static membership). A task is a
@@ -18,7 +20,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -30,6 +32,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Statistics};
 
 use super::admin::Layout;
+use super::batch::{self, BATCH, Input, InputKind, Scratch, Shared};
 use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, Positions};
 use super::commit::{
     CommitCycle, CommitError, CycleTask, FaultPoint, Produce, TaskCursor, Transactions,
@@ -45,9 +48,6 @@ use crate::task::{DeadLetterAt, Output, Routing, Task};
 use crate::telemetry::{self, DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::Topology;
 use crate::topology::model::{Guarantee, OffsetReset};
-
-/// Messages handled between housekeeping rounds.
-const HOUSEKEEPING_EVERY: u32 = 256;
 
 /// Fatal producer failures tolerated within [`FAILURE_WINDOW`] before the
 /// process gives up.
@@ -161,9 +161,16 @@ fn run_member(
         &changelogs,
     )?;
     let codecs = Codecs::new(topology).map_err(|e| RuntimeError::Startup(e.to_string()))?;
+    let threads = options
+        .threads
+        .unwrap_or_else(|| topology.processing.threads());
+    let pool = batch::pool(threads, &topology.name)?;
+    tracing::info!(threads, "Processing threads.");
     let mut engine = Engine::new(Arc::clone(topology), options, layout, codecs, txn, restorer);
     engine.queries = queries;
+    engine.pool = pool;
     let context = EngineContext {
+        epoch: Arc::clone(&engine.epoch),
         engine: Mutex::new(engine),
         app: topology.name.clone(),
         sources: topology
@@ -193,23 +200,42 @@ fn main_loop(
     shutdown: &AtomicBool,
 ) -> Result<(), RuntimeError> {
     let context = consumer.context();
-    let mut handled = 0u32;
+    let mut polled = Vec::with_capacity(BATCH);
     let mut timeout = Duration::from_millis(10);
     loop {
         if shutdown.load(Ordering::Relaxed) {
             tracing::info!("Shutting down: committing and leaving the group.");
             return Ok(());
         }
-        match consumer.poll(timeout) {
+        let consumed = poll_batch(consumer, &mut polled, timeout);
+        if !polled.is_empty() {
+            let mut engine = context.lock();
+            let result = engine.on_batch(&polled);
+            polled.clear();
+            engine.recover(consumer, result)?;
+        }
+        consumed?;
+        let mut engine = context.lock();
+        let result = engine.housekeeping(consumer);
+        engine.recover(consumer, result)?;
+        timeout = engine.poll_timeout();
+    }
+}
+
+/// Polls up to [`BATCH`] messages: waits up to `timeout` for the first,
+/// then takes what the consumer has already fetched. Each message comes
+/// with the rebalance epoch after the poll that returned it.
+fn poll_batch<'c>(
+    consumer: &'c BaseConsumer<EngineContext>,
+    polled: &mut Vec<(BorrowedMessage<'c>, u64)>,
+    timeout: Duration,
+) -> Result<(), RuntimeError> {
+    let mut wait = timeout;
+    while polled.len() < BATCH {
+        match consumer.poll(wait) {
             Some(Ok(message)) => {
-                let mut engine = context.lock();
-                let result = engine.on_message(&message);
-                drop(message);
-                engine.recover(consumer, result)?;
-                handled += 1;
-                if handled < HOUSEKEEPING_EVERY {
-                    continue;
-                }
+                let epoch = consumer.context().epoch.load(Ordering::Acquire);
+                polled.push((message, epoch));
             }
             // A static member replaced by another with the same instance
             // id: fenced, like the producer.
@@ -222,21 +248,23 @@ fn main_loop(
             Some(Err(error @ KafkaError::MessageConsumptionFatal(_))) => {
                 return Err(RuntimeError::Kafka(error));
             }
-            Some(Err(error)) => tracing::warn!(%error, "Consumer error."),
-            None => {}
+            Some(Err(error)) => {
+                tracing::warn!(%error, "Consumer error.");
+                return Ok(());
+            }
+            None => return Ok(()),
         }
-        handled = 0;
-        let mut engine = context.lock();
-        let result = engine.housekeeping(consumer);
-        engine.recover(consumer, result)?;
-        timeout = engine.poll_timeout();
+        wait = Duration::ZERO;
     }
+    Ok(())
 }
 
 /// The consumer context: owns the engine so rebalance callbacks can
 /// commit and close tasks.
 struct EngineContext {
     engine: Mutex<Engine>,
+    /// Rebalance callbacks so far: see [`Engine::rewound_at`].
+    epoch: Arc<AtomicU64>,
     app: String,
     /// Source topic → source name, for lag metrics.
     sources: HashMap<String, String>,
@@ -284,6 +312,7 @@ impl ConsumerContext for EngineContext {
             RebalanceProtocol::Cooperative
         );
         let mut engine = self.lock();
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let tasks: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
@@ -323,19 +352,6 @@ impl ConsumerContext for EngineContext {
     }
 }
 
-/// An input topic of this topology.
-struct Input {
-    topic: String,
-    kind: InputKind,
-}
-
-enum InputKind {
-    /// Sources reading the topic (usually one).
-    Source(Vec<usize>),
-    /// The repartition topic of a `key_by` node.
-    Repartition { node: usize },
-}
-
 /// One task and its bookkeeping.
 struct Slot {
     task: Task,
@@ -346,6 +362,8 @@ struct Slot {
     cursor: TaskCursor,
     /// Stats already published as metrics.
     published: Vec<NodeStats>,
+    /// Its share of the current batch, or of a round of timers.
+    scratch: Scratch,
 }
 
 struct Engine {
@@ -359,7 +377,16 @@ struct Engine {
     codecs: Codecs,
     cycle: CommitCycle,
     restorer: Restorer,
-    outputs: Vec<Output>,
+    /// The processing threads (none: one thread does everything).
+    pool: Option<rayon::ThreadPool>,
+    /// Tasks with work in the current batch or round of timers.
+    busy: Vec<i32>,
+    /// Rebalance callbacks so far, shared with the consumer context.
+    epoch: Arc<AtomicU64>,
+    /// The epoch of the last rewind: messages polled in an earlier epoch
+    /// were fetched before it sought every task back to its last commit,
+    /// and come again.
+    rewound_at: u64,
     /// Records consumed since the last metrics update and since the last
     /// commit.
     consumed_unreported: u64,
@@ -444,7 +471,10 @@ impl Engine {
             codecs,
             cycle,
             restorer,
-            outputs: Vec::with_capacity(64),
+            pool: None,
+            busy: Vec::new(),
+            epoch: Arc::new(AtomicU64::new(0)),
+            rewound_at: 0,
             consumed_unreported: 0,
             consumed_uncommitted: 0,
             now: wall_clock_ms(),
@@ -536,6 +566,7 @@ impl Engine {
                 changelog_offsets,
             },
             published,
+            scratch: Scratch::default(),
         };
         self.tasks.insert(task, slot);
         self.next_offsets_fetch = Instant::now();
@@ -776,75 +807,104 @@ impl Engine {
             .set(self.tasks.values().filter(|s| s.running).count() as f64);
     }
 
-    fn on_message(&mut self, message: &BorrowedMessage<'_>) -> Result<(), RuntimeError> {
-        let partition = message.partition();
-        let Some(input) = self.input_of(message.topic()) else {
-            return Ok(());
-        };
-        let Some(slot) = self.tasks.get_mut(&partition) else {
-            return Ok(());
-        };
-        // Fetched before the task's partitions were paused: the task seeks
-        // to its committed offsets when it starts.
-        if !slot.running {
+    /// Handles a batch of polled messages: every running task with
+    /// messages in it processes them on a processing thread, then its
+    /// outputs go out in the open transaction, task by task, each
+    /// message's in order.
+    fn on_batch(&mut self, polled: &[(BorrowedMessage<'_>, u64)]) -> Result<(), RuntimeError> {
+        self.busy.clear();
+        for (index, (message, epoch)) in polled.iter().enumerate() {
+            // Fetched before a rewind sought the task back: it comes again.
+            if *epoch < self.rewound_at {
+                continue;
+            }
+            let Some(input) = self.input_of(message.topic()) else {
+                continue;
+            };
+            let Some(slot) = self.tasks.get_mut(&message.partition()) else {
+                continue;
+            };
+            // Fetched before the task's partitions were paused: the task
+            // seeks to its committed offsets when it starts.
+            if !slot.running {
+                continue;
+            }
+            if slot.scratch.messages.is_empty() {
+                self.busy.push(message.partition());
+            }
+            slot.scratch.messages.push((index, input));
+        }
+        if self.busy.is_empty() {
             return Ok(());
         }
         self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
-        let headers = wire::headers(message);
-        let origin = wire::origin(message, &headers);
-        let timestamp = wire::timestamp(message, self.now);
-        slot.task.set_processing_time(self.now);
-        let mut outputs = std::mem::take(&mut self.outputs);
-        let result = match &self.inputs[input].kind {
-            InputKind::Source(sources) => {
-                let mut result = Ok(());
-                for &source in sources {
-                    let decoded = self.codecs.decode_record(
-                        source,
-                        message.key(),
-                        message.payload(),
-                        timestamp,
-                        headers.clone(),
-                    );
-                    result = slot
-                        .task
-                        .process_source(source, &origin, decoded, &mut outputs);
-                    if result.is_err() {
-                        break;
-                    }
-                }
-                result
-            }
-            InputKind::Repartition { node } => {
-                let read =
-                    wire::read_repartitioned(message.key(), message.payload(), timestamp, &headers);
-                match read.record {
-                    Ok(record) => slot.task.process_repartitioned(
-                        *node,
-                        read.input,
-                        read.upstream,
-                        &origin,
-                        record,
-                        &mut outputs,
-                    ),
-                    Err(reason) => {
-                        slot.task
-                            .unreadable_repartitioned(*node, &origin, &reason, &mut outputs);
-                        Ok(())
-                    }
-                }
-            }
+        let shared = Shared {
+            batch: polled,
+            inputs: &self.inputs,
+            codecs: &self.codecs,
+            now: self.now,
         };
-        result.map_err(|source| RuntimeError::Task {
-            task: partition,
-            source,
-        })?;
-        slot.cursor.positions[input] = Some(message.offset() + 1);
-        self.consumed_unreported += 1;
-        self.consumed_uncommitted += 1;
-        let produced = self.produce(partition, &mut outputs, Some(&origin));
-        self.outputs = outputs;
-        produced
+        let mut work: Vec<(&i32, &mut Slot)> = self
+            .tasks
+            .iter_mut()
+            .filter(|(_, s)| !s.scratch.messages.is_empty())
+            .collect();
+        batch::for_each(self.pool.as_ref(), &mut work, |(id, slot)| {
+            batch::handle(
+                &shared,
+                **id,
+                &mut slot.task,
+                &mut slot.cursor,
+                &mut slot.scratch,
+            );
+        });
+        drop(work);
+        let busy = std::mem::take(&mut self.busy);
+        let result = busy
+            .iter()
+            .try_for_each(|&task| self.produce_batch(task, polled));
+        for task in &busy {
+            if let Some(slot) = self.tasks.get_mut(task) {
+                slot.scratch.clear();
+            }
+        }
+        self.busy = busy;
+        result
+    }
+
+    /// Sends what task `task` made of its messages of the batch.
+    fn produce_batch(
+        &mut self,
+        task: i32,
+        polled: &[(BorrowedMessage<'_>, u64)],
+    ) -> Result<(), RuntimeError> {
+        let Some(slot) = self.tasks.get_mut(&task) else {
+            return Ok(());
+        };
+        let mut scratch = std::mem::take(&mut slot.scratch);
+        let handled = scratch.handled.len() as u64;
+        self.consumed_unreported += handled;
+        self.consumed_uncommitted += handled;
+        let mut outputs = scratch.outputs.drain(..);
+        let mut start = 0;
+        let mut result = Ok(());
+        for message in &scratch.handled {
+            let origin = wire::origin(&polled[message.index].0, &message.headers);
+            let these = outputs.by_ref().take(message.end - start);
+            start = message.end;
+            result = self.produce(task, these, Some(&origin));
+            if result.is_err() {
+                break;
+            }
+        }
+        drop(outputs);
+        if let Some(error) = scratch.error.take() {
+            result = result.and(Err(error));
+        }
+        if let Some(slot) = self.tasks.get_mut(&task) {
+            slot.scratch = scratch;
+        }
+        result
     }
 
     /// Sends what task `task` emitted: sink records, repartition records
@@ -852,11 +912,11 @@ impl Engine {
     fn produce(
         &mut self,
         task: i32,
-        outputs: &mut Vec<Output>,
+        outputs: impl Iterator<Item = Output>,
         origin: Option<&Origin<'_>>,
     ) -> Result<(), RuntimeError> {
         let mut seq = 0u32;
-        for output in outputs.drain(..) {
+        for output in outputs {
             match output {
                 Output::Sink { sink, record } => {
                     let name = &self.topology.sinks[sink].name;
@@ -1042,41 +1102,72 @@ impl Engine {
         Ok(())
     }
 
-    /// Fires wall-clock timers of every running task; returns whether a
-    /// task has more due than one round fires.
+    /// Fires wall-clock timers of every running task, on the processing
+    /// threads; returns whether a task has more due than one round fires.
     fn punctuate(&mut self) -> Result<bool, RuntimeError> {
         let now = self.now;
-        let mut outputs = std::mem::take(&mut self.outputs);
-        let tasks: Vec<i32> = self
-            .tasks
-            .iter()
-            .filter(|(_, s)| s.running)
-            .map(|(t, _)| *t)
-            .collect();
+        let mut work: Vec<(&i32, &mut Slot)> =
+            self.tasks.iter_mut().filter(|(_, s)| s.running).collect();
+        batch::for_each(self.pool.as_ref(), &mut work, |(id, slot)| {
+            let task = **id;
+            slot.task.set_processing_time(now);
+            match slot.task.punctuate(&mut slot.scratch.outputs) {
+                Ok(more) => slot.scratch.more_due = more,
+                Err(source) => slot.scratch.error = Some(RuntimeError::Task { task, source }),
+            }
+        });
+        drop(work);
+        let mut busy = std::mem::take(&mut self.busy);
+        busy.clear();
+        busy.extend(
+            self.tasks
+                .iter()
+                .filter(|(_, s)| s.running)
+                .map(|(t, _)| *t),
+        );
         let mut more = false;
-        for task in tasks {
-            if let Some(slot) = self.tasks.get_mut(&task) {
-                slot.task.set_processing_time(now);
-                more |= slot
-                    .task
-                    .punctuate(&mut outputs)
-                    .map_err(|source| RuntimeError::Task { task, source })?;
-                let dirty = slot.task.state().has_pending();
-                let fired = !outputs.is_empty();
-                if fired || dirty {
-                    self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
-                }
-                self.produce(task, &mut outputs, None)?;
-                if fired {
-                    self.cycle
-                        .txn
-                        .fault(FaultPoint::Timers)
-                        .map_err(RuntimeError::Commit)?;
-                }
+        let mut result = Ok(());
+        for &task in &busy {
+            if result.is_err() {
+                break;
+            }
+            result = self.produce_timers(task, &mut more);
+        }
+        for task in &busy {
+            if let Some(slot) = self.tasks.get_mut(task) {
+                slot.scratch.clear();
             }
         }
-        self.outputs = outputs;
-        Ok(more)
+        self.busy = busy;
+        result.map(|()| more)
+    }
+
+    /// Sends what task `task`'s timers emitted.
+    fn produce_timers(&mut self, task: i32, more: &mut bool) -> Result<(), RuntimeError> {
+        let Some(slot) = self.tasks.get_mut(&task) else {
+            return Ok(());
+        };
+        if let Some(error) = slot.scratch.error.take() {
+            return Err(error);
+        }
+        *more |= slot.scratch.more_due;
+        let mut outputs = std::mem::take(&mut slot.scratch.outputs);
+        let fired = !outputs.is_empty();
+        if fired || slot.task.state().has_pending() {
+            self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
+        }
+        let result = self.produce(task, outputs.drain(..), None);
+        if let Some(slot) = self.tasks.get_mut(&task) {
+            slot.scratch.outputs = outputs;
+        }
+        result?;
+        if fired {
+            self.cycle
+                .txn
+                .fault(FaultPoint::Timers)
+                .map_err(RuntimeError::Commit)?;
+        }
+        Ok(())
     }
 
     /// Every task, for the commit cycle.
@@ -1099,7 +1190,9 @@ impl Engine {
             return Ok(());
         }
         let tasks = Self::cycle_tasks(&mut self.tasks);
-        let result = self.cycle.commit(consumer, tasks, self.now);
+        let result = self
+            .cycle
+            .commit(consumer, tasks, self.now, self.pool.as_ref());
         if result.is_ok() {
             self.last_commit = Instant::now();
             metrics::counter!(telemetry::RECORDS_COMMITTED, "topology" => self.topology.name.clone())
@@ -1129,6 +1222,7 @@ impl Engine {
     fn rewind(&mut self, consumer: &BaseConsumer<EngineContext>) -> Result<(), RuntimeError> {
         // They will be consumed again.
         self.consumed_uncommitted = 0;
+        self.rewound_at = self.epoch.load(Ordering::Acquire);
         let tasks = Self::cycle_tasks(&mut self.tasks);
         self.cycle.rewind(consumer, tasks)?;
         self.last_commit = Instant::now();

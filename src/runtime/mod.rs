@@ -12,6 +12,7 @@
 //! - [`replay`]: `streamfold dlq replay`; [`query`]: interactive queries.
 
 pub mod admin;
+pub(crate) mod batch;
 pub(crate) mod changelog;
 pub mod commit;
 pub mod config;

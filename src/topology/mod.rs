@@ -785,6 +785,24 @@ sinks:
         }
     }
 
+    /// `processing.threads`: the number of cores unless set, and at least
+    /// one.
+    #[test]
+    fn processing_threads_default_to_the_cores_and_must_be_at_least_one() {
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(load(MINIMAL).unwrap().processing.threads(), cores);
+        let with =
+            |n: &str| MINIMAL.replace("nodes:", &format!("processing:\n  threads: {n}\nnodes:"));
+        assert_eq!(load(&with("3")).unwrap().processing.threads(), 3);
+        let errors = load(&with("0")).expect_err("threads: 0");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("processing.threads") && e.contains("at least 1")),
+            "{errors:?}"
+        );
+    }
+
     /// The `state:` section: sizes in any unit or bytes, defaults for what
     /// is left out, and a clear error for what RocksDB cannot work with.
     #[test]

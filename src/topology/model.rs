@@ -210,6 +210,11 @@ pub struct ProcessingConfig {
     /// windows. Unset: event time moves only with records.
     #[serde(default)]
     pub(crate) idle_advance: Option<HumanDuration>,
+    /// Threads that process records: each task runs on one thread at a
+    /// time, in offset order, and the tasks of an instance spread over
+    /// them. Unset: the number of cores.
+    #[serde(default)]
+    pub(crate) threads: Option<usize>,
 }
 
 fn default_state_dir() -> PathBuf {
@@ -234,6 +239,7 @@ impl Default for ProcessingConfig {
             transaction_timeout: default_transaction_timeout(),
             retry: RetryConfig::default(),
             idle_advance: None,
+            threads: None,
         }
     }
 }
@@ -250,7 +256,16 @@ impl ProcessingConfig {
         .into_iter()
         .filter(|(_, value)| value.under_a_millisecond())
         .map(|(field, _)| (field, "must be at least 1ms".to_string()))
+        .chain((self.threads == Some(0)).then(|| ("threads", "must be at least 1".to_string())))
         .collect()
+    }
+
+    /// How many threads process records: `threads`, or the number of
+    /// cores.
+    pub(crate) fn threads(&self) -> usize {
+        self.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        })
     }
 
     pub(crate) fn commit_interval(&self) -> HumanDuration {

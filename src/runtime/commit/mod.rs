@@ -817,20 +817,31 @@ impl CommitCycle {
 
     /// Commits the open transaction with the tasks' changelogs and
     /// positions, then applies their state. An `Aborted` error leaves the
-    /// transaction open for [`CommitCycle::rewind`].
+    /// transaction open for [`CommitCycle::rewind`]. The tasks collect
+    /// their changes, and later write them to their stores, side by side
+    /// on `pool`'s threads; everything sent is sent from this one.
     pub(crate) fn commit<C: ConsumerContext>(
         &mut self,
         consumer: &BaseConsumer<C>,
         tasks: Vec<CycleTask<'_>>,
         now: i64,
+        pool: Option<&rayon::ThreadPool>,
     ) -> Result<(), RuntimeError> {
         if !self.txn.in_transaction() {
             return Ok(());
         }
-        let mut pending = Vec::with_capacity(tasks.len());
+        let mut collected: Vec<_> = tasks
+            .into_iter()
+            .filter(|t| t.running)
+            .map(|t| (t, Ok(Vec::new())))
+            .collect();
+        super::batch::for_each(pool, &mut collected, |(item, entries)| {
+            *entries = item.task.state().changelog();
+        });
+        let mut pending = Vec::with_capacity(collected.len());
         let mut offsets = Vec::new();
-        for item in tasks.into_iter().filter(|t| t.running) {
-            let mut entries = item.task.state().changelog()?;
+        for (item, entries) in collected {
+            let mut entries = entries?;
             let mut dropped = Vec::new();
             let positions = Positions(
                 item.cursor
@@ -927,8 +938,10 @@ impl CommitCycle {
         self.txn
             .fault(FaultPoint::Committed)
             .map_err(RuntimeError::Commit)?;
-        for (item, entries, dropped) in pending {
-            for (topic, _) in &self.changelogs {
+        let (changelogs, stores, app) = (&self.changelogs, &self.stores, &self.app);
+        let mut applied: Vec<_> = pending.into_iter().map(|p| (p, Ok(()))).collect();
+        super::batch::for_each(pool, &mut applied, |((item, entries, dropped), result)| {
+            for (topic, _) in changelogs {
                 if let Some(offset) = delivered.get(&(topic.clone(), item.id)) {
                     item.cursor
                         .changelog_offsets
@@ -946,16 +959,22 @@ impl CommitCycle {
                     item.task.clocks().event.to_string().into_bytes(),
                 ),
             ];
-            item.task.committed(entries, &meta)?;
-            for (store, key) in dropped {
+            *result = item.task.committed(std::mem::take(entries), &meta);
+            if result.is_err() {
+                return;
+            }
+            for (store, key) in dropped.drain(..) {
                 item.task.state().forget(store, &key);
                 // Counted once its transaction committed, like the task's
                 // own dead letters.
                 let code = crate::telemetry::DeadLetterReason::TooLarge.code();
-                metrics::counter!(crate::telemetry::DEAD_LETTERS, "topology" => self.app.clone(), "node" => self.stores[store].clone(), "reason" => code)
+                metrics::counter!(crate::telemetry::DEAD_LETTERS, "topology" => app.clone(), "node" => stores[store].clone(), "reason" => code)
                     .increment(1);
             }
             item.cursor.committed = item.cursor.positions.clone();
+        });
+        for (_, result) in applied {
+            result?;
         }
         Ok(())
     }

@@ -1,0 +1,185 @@
+//! Batches of messages, handled by the tasks they belong to on the
+//! processing threads (`processing.threads`).
+//!
+//! The polling thread owns the consumer and the transactional producer
+//! and runs everything that talks to Kafka: polling, rebalances, restore,
+//! producing, the commit. What it polls it hands out by task: each task
+//! with messages in the batch decodes and processes them, in offset
+//! order, on one of the processing threads, into its own [`Scratch`]; then
+//! the polling thread produces every task's outputs inside the open
+//! transaction. A task is on one thread at a time and its records stay in
+//! order; no two threads ever touch one task, and the consumer and
+//! producer stay on one thread, so the exactly-once cycle is the same
+//! whatever the number of threads (`docs/exactly-once.md`, "Threads").
+
+use rayon::prelude::*;
+use rdkafka::Message;
+use rdkafka::message::BorrowedMessage;
+
+use super::commit::TaskCursor;
+use super::{RuntimeError, wire};
+use crate::formats::Codecs;
+use crate::record::Timestamp;
+use crate::task::{Output, Task};
+
+/// Messages taken from the consumer at once: the tasks among them run
+/// side by side.
+pub(super) const BATCH: usize = 512;
+
+/// An input topic of this topology.
+pub(super) struct Input {
+    pub(super) topic: String,
+    pub(super) kind: InputKind,
+}
+
+pub(super) enum InputKind {
+    /// Sources reading the topic (usually one).
+    Source(Vec<usize>),
+    /// The repartition topic of a `key_by` node.
+    Repartition { node: usize },
+}
+
+/// A task's share of a batch and what it made of it. Kept with the task
+/// between batches so its buffers keep their capacity.
+#[derive(Default)]
+pub(super) struct Scratch {
+    /// The task's messages, as (index in the batch, input), in offset
+    /// order.
+    pub(super) messages: Vec<(usize, usize)>,
+    /// The messages handled, in order, each with where its outputs end.
+    pub(super) handled: Vec<Handled>,
+    /// Every output of the handled messages, or of the task's timers.
+    pub(super) outputs: Vec<Output>,
+    /// Whether the task has more timers due than one round fires.
+    pub(super) more_due: bool,
+    /// The failure that stopped the task's share, if one did.
+    pub(super) error: Option<RuntimeError>,
+}
+
+/// One message a task handled.
+pub(super) struct Handled {
+    pub(super) index: usize,
+    /// The message's headers (the record's, and its dead letters').
+    pub(super) headers: Vec<(String, Vec<u8>)>,
+    /// End of its outputs in [`Scratch::outputs`].
+    pub(super) end: usize,
+}
+
+impl Scratch {
+    pub(super) fn clear(&mut self) {
+        self.messages.clear();
+        self.handled.clear();
+        self.outputs.clear();
+        self.more_due = false;
+        self.error = None;
+    }
+}
+
+/// Runs `work` on every item, on `pool`'s threads when there is one and
+/// more than one item, else on this thread.
+pub(super) fn for_each<T: Send>(
+    pool: Option<&rayon::ThreadPool>,
+    items: &mut [T],
+    work: impl Fn(&mut T) + Sync + Send,
+) {
+    match pool {
+        Some(pool) if items.len() > 1 => {
+            pool.install(|| items.par_iter_mut().with_max_len(1).for_each(work));
+        }
+        _ => items.iter_mut().for_each(work),
+    }
+}
+
+/// The processing threads, or none when there is to be one: then every
+/// task runs on the polling thread.
+pub(super) fn pool(threads: usize, app: &str) -> Result<Option<rayon::ThreadPool>, RuntimeError> {
+    if threads <= 1 {
+        return Ok(None);
+    }
+    let app = app.to_string();
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("{app}-processing-{i}"))
+        .build()
+        .map(Some)
+        .map_err(|e| {
+            RuntimeError::Startup(format!("cannot start {threads} processing threads: {e}"))
+        })
+}
+
+/// What every task of a batch reads.
+pub(super) struct Shared<'a, 'c> {
+    /// The polled messages, each with the rebalance epoch it came in
+    /// (see `Engine::on_batch`).
+    pub(super) batch: &'a [(BorrowedMessage<'c>, u64)],
+    pub(super) inputs: &'a [Input],
+    pub(super) codecs: &'a Codecs,
+    pub(super) now: Timestamp,
+}
+
+/// Task `id` decodes and processes its messages of the batch, in order,
+/// moving its positions past each one; it stops at a failure.
+pub(super) fn handle(
+    shared: &Shared<'_, '_>,
+    id: i32,
+    task: &mut Task,
+    cursor: &mut TaskCursor,
+    scratch: &mut Scratch,
+) {
+    task.set_processing_time(shared.now);
+    for &(index, input) in &scratch.messages {
+        let message = &shared.batch[index].0;
+        let headers = wire::headers(message);
+        let origin = wire::origin(message, &headers);
+        let timestamp = wire::timestamp(message, shared.now);
+        let outputs = &mut scratch.outputs;
+        let result = match &shared.inputs[input].kind {
+            InputKind::Source(sources) => {
+                let mut result = Ok(());
+                for &source in sources {
+                    let decoded = shared.codecs.decode_record(
+                        source,
+                        message.key(),
+                        message.payload(),
+                        timestamp,
+                        headers.clone(),
+                    );
+                    result = task.process_source(source, &origin, decoded, outputs);
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                result
+            }
+            InputKind::Repartition { node } => {
+                let read =
+                    wire::read_repartitioned(message.key(), message.payload(), timestamp, &headers);
+                match read.record {
+                    Ok(record) => task.process_repartitioned(
+                        *node,
+                        read.input,
+                        read.upstream,
+                        &origin,
+                        record,
+                        outputs,
+                    ),
+                    Err(reason) => {
+                        task.unreadable_repartitioned(*node, &origin, &reason, outputs);
+                        Ok(())
+                    }
+                }
+            }
+        };
+        if let Err(source) = result {
+            scratch.error = Some(RuntimeError::Task { task: id, source });
+            return;
+        }
+        cursor.positions[input] = Some(message.offset() + 1);
+        let end = scratch.outputs.len();
+        scratch.handled.push(Handled {
+            index,
+            headers,
+            end,
+        });
+    }
+}
