@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo bench --bench e2e -- [--events N] [--accounts A] [--partitions P] [--repeat R]
-//!                             [--threads T[,T…]] [--peer quix] [--peer-limit L]
+//!                             [--threads T[,T…]] [--instances I[,I…]]
+//!                             [--peer quix] [--peer-limit L]
 //! ```
 //!
 //! 1. Produces N post-metric events (default 1,000,000) over A accounts
@@ -19,6 +20,10 @@
 //!    25 ms), so the group join is excluded. Peak RSS from /proc (VmHWM).
 //!    With `--threads 1,2`, once per number of processing threads (`run
 //!    --threads`); by default with the topology's default (the cores).
+//!    With `--instances 1,2,4`, once per number of instances of the
+//!    application, started together (one group; the time includes the
+//!    rebalances as they join), records summed over them, peak RSS the
+//!    largest of them.
 //! 4. Latency: with streamfold running (exactly_once), bursts of 100
 //!    events for one account (a fold closes at its 100th event) are sent
 //!    every 20 ms; latency is from the burst's last event (its timestamp,
@@ -36,7 +41,7 @@
 //! Markdown table, with streamfold's rate as a ratio of the bare rate.
 //!
 //! Under `cargo test` (no `--bench` argument) it runs once on 20,000
-//! events as a smoke test of the harness itself; its figures mean nothing,
+//! events, with two instances, as a smoke test of the harness itself; its figures mean nothing,
 //! and the peer never runs (no Python, no download in CI).
 
 #[path = "../tests/support/mod.rs"]
@@ -64,6 +69,8 @@ struct Options {
     peer_limit: u64,
     /// `run --threads` values to measure (none: the default).
     threads: Vec<Option<usize>>,
+    /// Numbers of instances to measure.
+    instances: Vec<usize>,
 }
 
 fn options() -> Options {
@@ -79,6 +86,7 @@ fn options() -> Options {
             quix: false,
             peer_limit: 300_000,
             threads: vec![None],
+            instances: vec![1],
         }
     } else {
         Options {
@@ -90,6 +98,8 @@ fn options() -> Options {
             quix: false,
             peer_limit: 300_000,
             threads: vec![None],
+            // The smoke run goes through the several-instances path.
+            instances: vec![2],
         }
     };
     let mut i = 1;
@@ -106,6 +116,12 @@ fn options() -> Options {
                 o.quix = benchmarking;
             }
             "--peer-limit" => o.peer_limit = value.parse().expect("--peer-limit N"),
+            "--instances" => {
+                o.instances = value
+                    .split(',')
+                    .map(|t| t.parse().expect("--instances I[,I…]"))
+                    .collect();
+            }
             "--threads" => {
                 o.threads = value
                     .split(',')
@@ -167,45 +183,64 @@ fn app_config(topic: &str, guarantee: &str, dir: &std::path::Path) -> (AppConfig
     (config, folded)
 }
 
-/// One streamfold run over the whole topic with `threads` processing
-/// threads: (records/s, peak RSS MiB).
+/// One streamfold run over the whole topic by `instances` instances with
+/// `threads` processing threads each: (records/s, peak RSS MiB of the
+/// largest).
 fn streamfold_run(
     topic: &str,
     events: u64,
     guarantee: &str,
-    threads: Option<usize>,
+    (threads, instances): (Option<usize>, usize),
     dir: &std::path::Path,
 ) -> (f64, f64) {
     let (mut config, _) = app_config(topic, guarantee, dir);
     config
         .args
         .extend(threads.map(|t| format!("--threads={t}")));
-    let app = App::start(&config, dir);
+    let state = config.state_dir.clone();
+    let apps: Vec<App> = (0..instances)
+        .map(|i| {
+            let mut config = config.clone();
+            config.instance = format!("bench-{i}");
+            config.state_dir = state.join(&config.instance);
+            App::start(&config, dir)
+        })
+        .collect();
+    let total = |name: &str| -> f64 {
+        apps.iter()
+            .map(|app| parse_metric(&app.metrics_text(), name))
+            .sum()
+    };
     let deadline = Instant::now() + Duration::from_secs(1800);
     let mut first: Option<Instant> = None;
     let end = loop {
-        let text = app.metrics_text();
         let now = Instant::now();
-        if first.is_none() && parse_metric(&text, "streamfold_runtime_records_consumed_total") > 0.0
-        {
+        if first.is_none() && total("streamfold_runtime_records_consumed_total") > 0.0 {
             first = Some(now);
         }
-        if parse_metric(&text, "streamfold_runtime_records_committed_total") >= events as f64 {
+        if total("streamfold_runtime_records_committed_total") >= events as f64 {
             break now;
         }
-        assert!(
-            now < deadline,
-            "streamfold did not finish; log:\n{}",
-            app.log_text()
-        );
-        app.assert_running();
+        for app in &apps {
+            assert!(
+                now < deadline,
+                "streamfold did not finish; log:\n{}",
+                app.log_text()
+            );
+            app.assert_running();
+        }
         std::thread::sleep(Duration::from_millis(25));
     };
-    let rss = peak_rss_mib(app.pid());
+    let rss = apps
+        .iter()
+        .map(|app| peak_rss_mib(app.pid()))
+        .fold(0.0, f64::max);
     let seconds = end
         .duration_since(first.expect("a first record"))
         .as_secs_f64();
-    app.stop();
+    for app in apps {
+        app.stop();
+    }
     (events as f64 / seconds, rss)
 }
 
@@ -360,15 +395,31 @@ fn main() {
 
     let mut results = Vec::new();
     for guarantee in ["exactly_once", "at_least_once"] {
-        for &threads in &o.threads {
-            let label = match threads {
-                Some(t) => format!("{guarantee}, {t} thread{}", if t == 1 { "" } else { "s" }),
-                None => guarantee.to_string(),
-            };
+        let runs = o
+            .threads
+            .iter()
+            .flat_map(|&t| o.instances.iter().map(move |&i| (t, i)));
+        for (threads, instances) in runs {
+            let mut label = guarantee.to_string();
+            if let Some(t) = threads {
+                label += &format!(", {t} thread{}", if t == 1 { "" } else { "s" });
+            }
+            if o.instances != [1] {
+                label += &format!(
+                    ", {instances} instance{}",
+                    if instances == 1 { "" } else { "s" }
+                );
+            }
             let mut rates = Vec::new();
             let mut rss = Vec::new();
             for run in 0..o.repeat {
-                let (rate, peak) = streamfold_run(&topic, o.events, guarantee, threads, dir.path());
+                let (rate, peak) = streamfold_run(
+                    &topic,
+                    o.events,
+                    guarantee,
+                    (threads, instances),
+                    dir.path(),
+                );
                 eprintln!(
                     "streamfold {label} run {run}: {rate:.0} records/s ({:.1}s), peak RSS {peak:.0} MiB",
                     o.events as f64 / rate

@@ -484,7 +484,7 @@ fn run(scenario: Scenario) {
         "every abort finishes within a second: {aborts:?}"
     );
     eprintln!(
-        "{}, {}, {} clock, {} threads: {} folded events, {excused} excused from {} uncommitted transactions, aborts took {aborts:?} ms",
+        "{}, {}, {} clock, threads {}: {} folded events, {excused} excused from {} uncommitted transactions, aborts took {aborts:?} ms",
         scenario.fault,
         if scenario.exactly_once {
             "exactly_once"

@@ -837,7 +837,10 @@ impl Engine {
         if self.busy.is_empty() {
             return Ok(());
         }
-        self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
+        if let Err(error) = self.cycle.txn.begin() {
+            clear_scratch(&mut self.tasks, &self.busy);
+            return Err(RuntimeError::Commit(error));
+        }
         let shared = Shared {
             batch: polled,
             inputs: &self.inputs,
@@ -863,11 +866,7 @@ impl Engine {
         let result = busy
             .iter()
             .try_for_each(|&task| self.produce_batch(task, polled));
-        for task in &busy {
-            if let Some(slot) = self.tasks.get_mut(task) {
-                slot.scratch.clear();
-            }
-        }
+        clear_scratch(&mut self.tasks, &busy);
         self.busy = busy;
         result
     }
@@ -1133,11 +1132,7 @@ impl Engine {
             }
             result = self.produce_timers(task, &mut more);
         }
-        for task in &busy {
-            if let Some(slot) = self.tasks.get_mut(task) {
-                slot.scratch.clear();
-            }
-        }
+        clear_scratch(&mut self.tasks, &busy);
         self.busy = busy;
         result.map(|()| more)
     }
@@ -1250,6 +1245,16 @@ impl Engine {
         }
         self.cycle.txn.flush();
         result
+    }
+}
+
+/// Empties the batch buffers of `busy` tasks, whatever became of their
+/// work: the next batch starts from nothing.
+fn clear_scratch(tasks: &mut BTreeMap<i32, Slot>, busy: &[i32]) {
+    for task in busy {
+        if let Some(slot) = tasks.get_mut(task) {
+            slot.scratch.clear();
+        }
     }
 }
 
