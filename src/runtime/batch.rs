@@ -12,7 +12,6 @@
 //! producer stay on one thread, so the exactly-once cycle is the same
 //! whatever the number of threads (`docs/exactly-once.md`, "Threads").
 
-use rayon::prelude::*;
 use rdkafka::Message;
 use rdkafka::message::BorrowedMessage;
 
@@ -75,8 +74,10 @@ impl Scratch {
     }
 }
 
-/// Runs `work` on every item, on `pool`'s threads when there is one and
-/// more than one item, else on this thread.
+/// Runs `work` on every item: with a pool and more than one item, the
+/// items are cut into one run per thread (the pool's and this one), the
+/// first run on this thread and the others on the pool; else all on this
+/// thread.
 pub(super) fn for_each<T: Send>(
     pool: Option<&rayon::ThreadPool>,
     items: &mut [T],
@@ -84,21 +85,32 @@ pub(super) fn for_each<T: Send>(
 ) {
     match pool {
         Some(pool) if items.len() > 1 => {
-            pool.install(|| items.par_iter_mut().with_max_len(1).for_each(work));
+            let threads = pool.current_num_threads() + 1;
+            let per_thread = items.len().div_ceil(threads);
+            let work = &work;
+            let mut runs = items.chunks_mut(per_thread);
+            let first = runs.next().unwrap_or_default();
+            pool.in_place_scope(|scope| {
+                for run in runs {
+                    scope.spawn(move |_| run.iter_mut().for_each(work));
+                }
+                first.iter_mut().for_each(work);
+            });
         }
         _ => items.iter_mut().for_each(work),
     }
 }
 
-/// The processing threads, or none when there is to be one: then every
-/// task runs on the polling thread.
+/// The processing threads besides the polling thread (which processes
+/// too), or none when there is to be one: then every task runs on the
+/// polling thread.
 pub(super) fn pool(threads: usize, app: &str) -> Result<Option<rayon::ThreadPool>, RuntimeError> {
     if threads <= 1 {
         return Ok(None);
     }
     let app = app.to_string();
     rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
+        .num_threads(threads - 1)
         .thread_name(move |i| format!("{app}-processing-{i}"))
         .build()
         .map(Some)
