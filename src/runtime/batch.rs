@@ -5,7 +5,8 @@
 //! and runs everything that talks to Kafka: polling, rebalances, restore,
 //! producing, the commit. What it polls it hands out by task: each task
 //! with messages in the batch decodes and processes them, in offset
-//! order, on one of the processing threads, into its own [`Scratch`]; then
+//! order, on one of the processing threads (the polling thread is one of
+//! them, see [`for_each`]), into its own [`Scratch`]; then
 //! the polling thread produces every task's outputs inside the open
 //! transaction. A task is on one thread at a time and its records stay in
 //! order; no two threads ever touch one task, and the consumer and
