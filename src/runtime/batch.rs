@@ -26,6 +26,10 @@ use crate::task::{Output, Task};
 /// side by side.
 pub(super) const BATCH: usize = 512;
 
+/// A polled message and the rebalance epoch after the poll that returned
+/// it (see `Engine::rewound_at`).
+pub(super) type Polled<'c> = (BorrowedMessage<'c>, u64);
+
 /// An input topic of this topology.
 pub(super) struct Input {
     pub(super) topic: String,
@@ -122,9 +126,8 @@ pub(super) fn pool(threads: usize, app: &str) -> Result<Option<rayon::ThreadPool
 
 /// What every task of a batch reads.
 pub(super) struct Shared<'a, 'c> {
-    /// The polled messages, each with the rebalance epoch it came in
-    /// (see `Engine::on_batch`).
-    pub(super) batch: &'a [(BorrowedMessage<'c>, u64)],
+    /// The polled messages.
+    pub(super) batch: &'a [Polled<'c>],
     pub(super) inputs: &'a [Input],
     pub(super) codecs: &'a Codecs,
     pub(super) now: Timestamp,

@@ -32,7 +32,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Statistics};
 
 use super::admin::Layout;
-use super::batch::{self, BATCH, Input, InputKind, Scratch, Shared};
+use super::batch::{self, BATCH, Input, InputKind, Polled, Scratch, Shared};
 use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, Positions};
 use super::commit::{
     CommitCycle, CommitError, CycleTask, FaultPoint, Produce, TaskCursor, Transactions,
@@ -227,7 +227,7 @@ fn main_loop(
 /// with the rebalance epoch after the poll that returned it.
 fn poll_batch<'c>(
     consumer: &'c BaseConsumer<EngineContext>,
-    polled: &mut Vec<(BorrowedMessage<'c>, u64)>,
+    polled: &mut Vec<Polled<'c>>,
     timeout: Duration,
 ) -> Result<(), RuntimeError> {
     let mut wait = timeout;
@@ -811,7 +811,7 @@ impl Engine {
     /// messages in it processes them on a processing thread, then its
     /// outputs go out in the open transaction, task by task, each
     /// message's in order.
-    fn on_batch(&mut self, polled: &[(BorrowedMessage<'_>, u64)]) -> Result<(), RuntimeError> {
+    fn on_batch(&mut self, polled: &[Polled<'_>]) -> Result<(), RuntimeError> {
         self.busy.clear();
         for (index, (message, epoch)) in polled.iter().enumerate() {
             // Fetched before a rewind sought the task back: it comes again.
@@ -872,11 +872,7 @@ impl Engine {
     }
 
     /// Sends what task `task` made of its messages of the batch.
-    fn produce_batch(
-        &mut self,
-        task: i32,
-        polled: &[(BorrowedMessage<'_>, u64)],
-    ) -> Result<(), RuntimeError> {
+    fn produce_batch(&mut self, task: i32, polled: &[Polled<'_>]) -> Result<(), RuntimeError> {
         let Some(slot) = self.tasks.get_mut(&task) else {
             return Ok(());
         };
