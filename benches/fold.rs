@@ -64,7 +64,7 @@ fn task(topology: &Arc<Topology>) -> Task {
         Routing::Direct,
     )
     .unwrap();
-    task.start().unwrap();
+    task.start(None).unwrap();
     task
 }
 

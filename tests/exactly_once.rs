@@ -217,6 +217,30 @@ fn wait_for_folds(app: &App, setup: &Setup, follower: &mut Follower, events: u64
     }
 }
 
+/// Every account has one open fold in `state`, holding `events` events: the
+/// first half was neither lost nor doubled before any restore (a wrong
+/// count here pinpoints the first half; the folded events only show it
+/// after the second).
+fn assert_open_folds(state: &StateDump, events: u64, logs: &str) {
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for (store, entries) in state.iter().filter(|(s, _)| s.ends_with("-open")) {
+        for (key, value) in entries {
+            let fold: Value = serde_json::from_slice(value)
+                .unwrap_or_else(|e| panic!("{store}: an open fold that is not JSON: {e}"));
+            counts.insert(
+                String::from_utf8_lossy(key).into_owned(),
+                fold["count"].as_u64().unwrap_or(0),
+            );
+        }
+    }
+    let wrong: BTreeMap<&String, &u64> = counts.iter().filter(|(_, n)| **n != events).collect();
+    assert!(
+        counts.len() == ACCOUNTS as usize && wrong.is_empty(),
+        "{} open folds, expected {ACCOUNTS} of {events} events each; wrong: {wrong:?}; logs:\n{logs}",
+        counts.len()
+    );
+}
+
 /// How long each explicit abort took, from the logs.
 fn abort_millis(logs: &str) -> Vec<u64> {
     logs.lines()
@@ -431,6 +455,9 @@ fn run(scenario: Scenario) {
         "live state at the stop: {} stores",
         live.len()
     );
+    if !setup.timers {
+        assert_open_folds(&live, FIRST % MAX_EVENTS, &logs);
+    }
     std::fs::remove_dir_all(setup.state()).unwrap();
     if scenario.in_restore() {
         logs += &expect_killed(setup.start(Some(scenario.fault)));

@@ -324,6 +324,79 @@ fn a_restart_over_its_own_state_keeps_it() {
         0,
         "nothing to replay: the local state was up to date; log:\n{log}"
     );
+    // Issue 11: the open folds above came from the gauges saved at the
+    // last commit; no task counted its stores.
+    let started: Vec<&str> = log.lines().filter(|l| l.contains("Task running.")).collect();
+    assert_eq!(started.len(), 4, "log:\n{log}");
+    assert!(
+        started.iter().all(|l| l.contains("gauges_counted=false")),
+        "a task counted its stores; log:\n{log}"
+    );
+}
+
+/// Issue 11: the gauges saved with a task's state describe that state
+/// only. Local state a restore moves forward (here, a copy taken before a
+/// later run opened folds for more accounts) has its stores counted again
+/// at start: the open folds are all of them, not what the copy saved.
+#[test]
+fn a_restore_that_replays_records_counts_the_stores_again() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-recount");
+    let source = unique("post-metric-updated");
+    create_topic(&source, 4);
+    let config = config(
+        topology(dir.path(), &app, &source, false),
+        dir.path().join("state"),
+    );
+    run_over(&config, &app, &source, 0..EVENTS);
+    let behind = dir.path().join("state-behind");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&config.state_dir)
+        .arg(&behind)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+
+    // A later run opens a fold for as many accounts again.
+    let producer = TestProducer::new();
+    for i in 0..EVENTS {
+        let account = format!("late_account_{}", i % ACCOUNTS);
+        let value = json!({"account_id": account, "metrics": {METRICS[(i % 6) as usize]: i}});
+        producer.send_json(&source, &account, &value);
+    }
+    producer.flush();
+    let end = producer.ends(&source, 4);
+    let later = App::start(&config, dir.path());
+    wait_committed_to(&later, &app, &source, &end, Duration::from_secs(120));
+    later.wait_metric_present(
+        "streamfold_fold_open_folds",
+        Duration::from_secs(120),
+        |n| n == 2.0 * ACCOUNTS as f64,
+    );
+    later.stop();
+
+    // Back to the state (and saved gauges) from before that run.
+    std::fs::remove_dir_all(&config.state_dir).unwrap();
+    std::fs::rename(&behind, &config.state_dir).unwrap();
+    let third = App::start(&config, dir.path());
+    third.wait_metric_present(
+        "streamfold_fold_open_folds",
+        Duration::from_secs(120),
+        |n| n == 2.0 * ACCOUNTS as f64,
+    );
+    let log = third.stop();
+    assert!(
+        restored(&log) >= ACCOUNTS,
+        "the later run's folds came from the changelog; log:\n{log}"
+    );
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("Task running."))
+            .any(|l| l.contains("gauges_counted=true")),
+        "no task counted its stores; log:\n{log}"
+    );
 }
 
 /// Changelog records the restores of a run applied.

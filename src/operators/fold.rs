@@ -811,7 +811,7 @@ impl Fold {
 }
 
 impl Operator for Fold {
-    fn on_start(&mut self, ctx: &mut Context<'_>) -> Result<(), OpError> {
+    fn count_gauges(&mut self, ctx: &mut Context<'_>) -> Result<(), OpError> {
         let open = ctx.store(self.open).count()?;
         ctx.gauge_add(
             NodeGauge::FoldsOpen,

@@ -92,7 +92,7 @@ pub(crate) struct Context<'a> {
     pub(crate) clocks: Clocks,
     pub(crate) input: usize,
     /// Where the record being processed was read; `None` in timers and
-    /// `on_start`.
+    /// `count_gauges`.
     pub(crate) origin: Option<&'a Origin<'a>>,
 }
 
@@ -154,7 +154,7 @@ impl Context<'_> {
     /// Where the record being processed was read: source (or repartition)
     /// topic, partition and offset. Records an upstream node emitted carry
     /// the position of the input record they came from. `None` in
-    /// [`Operator::on_timer`] and [`Operator::on_start`].
+    /// [`Operator::on_timer`] and [`Operator::count_gauges`].
     pub(crate) fn origin(&self) -> Option<&Origin<'_>> {
         self.origin
     }
@@ -166,8 +166,13 @@ fn no_timers() -> OpError {
 
 /// A running operator in one task.
 pub(crate) trait Operator: Send {
-    /// After the task's state is restored, before the first record.
-    fn on_start(&mut self, _ctx: &mut Context<'_>) -> Result<(), OpError> {
+    /// Sets the node's gauges from what its stores hold (open folds,
+    /// queued counters), once the task's state is restored and before the
+    /// first record. Called only when the state carries no gauges saved
+    /// at its last commit: a new store, or one a restore replayed records
+    /// into. A task that resumes its own local state takes the saved
+    /// values instead of walking the stores.
+    fn count_gauges(&mut self, _ctx: &mut Context<'_>) -> Result<(), OpError> {
         Ok(())
     }
 

@@ -387,7 +387,7 @@ impl Rollup {
 }
 
 impl Operator for Rollup {
-    fn on_start(&mut self, ctx: &mut Context<'_>) -> Result<(), OpError> {
+    fn count_gauges(&mut self, ctx: &mut Context<'_>) -> Result<(), OpError> {
         let queued = ctx.store(self.queue).count()?;
         ctx.gauge_add(
             NodeGauge::RollupQueued,

@@ -70,7 +70,7 @@ impl Harness {
             input: 0,
             origin: None,
         };
-        harness.operator.on_start(&mut ctx).unwrap();
+        harness.operator.count_gauges(&mut ctx).unwrap();
         harness
     }
 
@@ -98,7 +98,7 @@ impl Harness {
             input: 0,
             origin: None,
         };
-        self.operator.on_start(&mut ctx).unwrap();
+        self.operator.count_gauges(&mut ctx).unwrap();
     }
 
     /// Feeds `record` as read at the next offset of [`TOPIC`].

@@ -65,6 +65,10 @@ pub(crate) const EVENT_TIME_HEADER: &str = "streamfold.event_time";
 pub(crate) const CHANGELOG_OFFSETS: &str = "changelog_offsets";
 /// Meta key of the task's event time at its last commit.
 pub(crate) const EVENT_TIME: &str = "event_time";
+/// Meta key of the nodes' gauges at the task's last commit
+/// ([`crate::task::Task::gauges_meta`]); emptied when a restore replays
+/// records, so the next start counts the stores instead.
+pub(crate) const GAUGES: &str = "gauges";
 
 /// An input partition: topic and partition.
 pub(crate) type InputPartition = (String, i32);

@@ -32,7 +32,7 @@ use rdkafka::{ClientContext, Message, Statistics};
 
 use super::admin::Layout;
 use super::batch::{self, BATCH, Input, InputKind, Polled, Scratch, Shared};
-use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, Positions};
+use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, GAUGES, Positions};
 use super::commit::{
     CommitCycle, CommitError, CycleTask, FaultPoint, Produce, TaskCursor, Transactions,
 };
@@ -751,8 +751,10 @@ impl Engine {
         if let Some(ts) = event_time {
             slot.task.resume_event_time(ts);
         }
-        slot.task
-            .start()
+        let gauges = slot.task.state().meta(GAUGES)?.filter(|b| !b.is_empty());
+        let gauges_counted = slot
+            .task
+            .start(gauges.as_deref())
             .map_err(|source| RuntimeError::Task { task, source })?;
         // Consume from exactly the committed offsets the restore was
         // judged by, not from the consumer's own fetch of them at
@@ -768,7 +770,7 @@ impl Engine {
         }
         let partitions = self.partitions_of(&[task]);
         consumer.resume(&partitions)?;
-        tracing::info!(task, "Task running.");
+        tracing::info!(task, gauges_counted, "Task running.");
         metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => self.topology.name.clone())
             .set(self.tasks.values().filter(|s| s.running).count() as f64);
         Ok(())
@@ -1081,6 +1083,10 @@ impl Engine {
                 if saved.is_none_or(|saved| saved < restored) {
                     meta.push((EVENT_TIME.to_string(), restored.to_string().into_bytes()));
                 }
+            }
+            if !progress.writes.is_empty() {
+                // The saved gauges no longer describe the stores.
+                meta.push((GAUGES.to_string(), Vec::new()));
             }
             slot.task.state().restore(&progress.writes, &meta)?;
             if !progress.writes.is_empty() {

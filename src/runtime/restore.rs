@@ -56,18 +56,24 @@ const TURN: usize = 2_000;
 const WAIT: Duration = Duration::from_millis(2);
 
 /// librdkafka settings of the restore consumers, unless the topology sets
-/// them: fetch up to 8 MiB per partition at a time, and when the prefetch
-/// queue was full, fetch again after 10 ms rather than librdkafka's
-/// default of one second (the setting the processing consumer uses too;
-/// with the default, a restore waits on an empty queue for most of every
-/// second); an empty fetch at the end of a changelog returns after 50 ms,
-/// so a restore's end is seen soon. The prefetch queue keeps librdkafka's
-/// size (100,000 records or 64 MiB per partition): it is memory held per
-/// restoring partition.
-const FETCH_DEFAULTS: [(&str, &str); 3] = [
+/// them (`kafka.consumer`). Memory first: there is one restore consumer per
+/// store, each holding a prefetch queue per restoring partition, so
+/// librdkafka's default queue (64 MiB per partition) would let a restore
+/// of 3 stores over 4 partitions hold over 700 MiB outside the `state:`
+/// budget. The bounds here cap that at 4 MiB queued + 1 MiB fetched per
+/// store and partition (60 MiB for 12): still several hundred
+/// milliseconds of records for a partition at full restore speed. (A
+/// record larger than the fetch size is still fetched whole.)
+/// Then speed: when a queue was full, fetch again after 10 ms rather than
+/// librdkafka's default of one second (the setting the processing
+/// consumer uses too; with the default, a restore waits on an empty queue
+/// for most of every second); an empty fetch at the end of a changelog
+/// returns after 50 ms, so a restore's end is seen soon.
+const FETCH_DEFAULTS: [(&str, &str); 4] = [
+    ("queued.max.messages.kbytes", "4096"),
+    ("max.partition.fetch.bytes", "1048576"),
     ("fetch.queue.backoff.ms", "10"),
     ("fetch.wait.max.ms", "50"),
-    ("max.partition.fetch.bytes", "8388608"),
 ];
 
 /// Records left per `(topic, partition)`, from librdkafka statistics.

@@ -14,6 +14,7 @@
 pub(crate) mod limits;
 pub(crate) mod partitioner;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -27,7 +28,7 @@ use crate::record::json::parse_timestamp;
 use crate::record::{ErrorClass, Origin, Record, Timestamp};
 use crate::state::timers::{Clock, TimerState};
 use crate::state::{JsonState, StateBackend, StateError, StateSet, StoreHandle};
-use crate::telemetry::{DeadLetterReason, NodeCounter, NodeStats};
+use crate::telemetry::{DeadLetterReason, NodeCounter, NodeGauge, NodeStats};
 use crate::topology::{Target, Topology};
 
 /// Dead-letter header names. Values are UTF-8 text.
@@ -249,12 +250,25 @@ impl Task {
         })
     }
 
-    /// Calls every operator's `on_start`, once state is restored.
-    pub fn start(&mut self) -> Result<(), TaskError> {
+    /// Readies the operators once state is restored. `saved` is what
+    /// [`Task::gauges_meta`] wrote with the state at its last commit, if the
+    /// state still matches it: the gauges resume from there. Without it
+    /// (a new store, a restore that replayed records, a topology whose
+    /// nodes changed), every operator counts its stores
+    /// ([`Operator::count_gauges`]). Says whether it counted.
+    pub fn start(&mut self, saved: Option<&[u8]>) -> Result<bool, TaskError> {
+        if let Some(saved) = saved.and_then(|bytes| self.saved_gauges(bytes)) {
+            for (node, gauges) in self.nodes.iter_mut().zip(saved) {
+                node.stats.set_gauges(&gauges);
+            }
+            self.snapshot();
+            return Ok(false);
+        }
         for index in 0..self.nodes.len() {
             let mut out = Vec::new();
             let result = {
                 let node = &mut self.nodes[index];
+                node.stats.set_gauges(&[0; NodeGauge::COUNT]);
                 let mut ctx = Context {
                     state: &mut self.state,
                     timers: node.timers.as_mut(),
@@ -264,7 +278,7 @@ impl Task {
                     input: 0,
                     origin: None,
                 };
-                node.operator.on_start(&mut ctx)
+                node.operator.count_gauges(&mut ctx)
             };
             if let Err(e) = result {
                 return Err(TaskError::Operator {
@@ -273,9 +287,35 @@ impl Task {
                 });
             }
         }
-        // What `on_start` counted (open folds...) is committed state.
+        // What was counted (open folds...) is committed state.
         self.snapshot();
-        Ok(())
+        Ok(true)
+    }
+
+    /// The nodes' gauges, to save with the state at a commit (meta key
+    /// `gauges`): per node (`name/type`, so a node whose type changed
+    /// counts again), its gauge values.
+    pub(crate) fn gauges_meta(&self) -> Vec<u8> {
+        let gauges: BTreeMap<String, &[i64]> = self
+            .topology
+            .nodes
+            .iter()
+            .zip(&self.nodes)
+            .map(|(def, node)| (gauge_key(def), node.stats.gauges()))
+            .collect();
+        serde_json::to_vec(&gauges).expect("a map of names to numbers serializes")
+    }
+
+    /// Saved gauges for every node, in node order; `None` when they cannot
+    /// be read or do not name every node with every gauge.
+    fn saved_gauges(&self, bytes: &[u8]) -> Option<Vec<Vec<i64>>> {
+        let mut saved: BTreeMap<String, Vec<i64>> = serde_json::from_slice(bytes).ok()?;
+        self.topology
+            .nodes
+            .iter()
+            .map(|def| saved.remove(&gauge_key(def)))
+            .map(|gauges| gauges.filter(|g| g.len() == NodeGauge::COUNT))
+            .collect()
     }
 
     pub fn state(&mut self) -> &mut StateSet {
@@ -796,6 +836,11 @@ pub(crate) fn sink_dead_letter(
     letter
 }
 
+/// A node's entry in the saved gauges: `name/type`.
+fn gauge_key(node: &crate::topology::Node) -> String {
+    format!("{}/{}", node.name, node.kind.type_name())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -835,7 +880,7 @@ sinks:
         )
         .unwrap();
         task.set_processing_time(0);
-        task.start().unwrap();
+        task.start(None).unwrap();
         let folds = 2 * TIMERS_PER_PUNCTUATION + TIMERS_PER_PUNCTUATION / 2;
         let mut out = Vec::new();
         for i in 0..folds {
@@ -879,5 +924,77 @@ sinks:
                 TIMERS_PER_PUNCTUATION / 2
             ]
         );
+    }
+
+    fn folds_open(task: &Task) -> i64 {
+        let (_, stats) = task.stats().find(|(name, _)| *name == "fold").unwrap();
+        stats.gauge(NodeGauge::FoldsOpen)
+    }
+
+    /// Issue 11: a task resuming its own state takes the gauges saved at
+    /// its last commit instead of counting its stores; without them (or
+    /// when they do not fit the topology) it counts.
+    #[test]
+    fn a_start_takes_the_saved_gauges_and_counts_only_without_them() {
+        let topology = crate::topology::load_str("bounded.yaml", TOPOLOGY, &|_| None).unwrap();
+        let stores = topology.stores().count();
+        let mut task = Task::new(
+            Arc::new(topology),
+            Box::new(MemoryBackend::new(stores)),
+            Routing::Direct,
+        )
+        .unwrap();
+        task.set_processing_time(0);
+        task.start(None).unwrap();
+        let mut out = Vec::new();
+        for i in 0..3 {
+            let key = format!("k{i}");
+            let origin = Origin {
+                topic: "events",
+                partition: 0,
+                offset: i,
+                key: Some(key.as_bytes()),
+                payload: Some(b"{}"),
+                headers: &[],
+            };
+            let record = Record {
+                key: Some(key.as_bytes().into()),
+                value: serde_json::json!({}),
+                timestamp: 0,
+                headers: Vec::new(),
+            };
+            task.process_source(0, &origin, Ok(record), &mut out)
+                .unwrap();
+        }
+        commit(&mut task);
+        assert_eq!(folds_open(&task), 3);
+        let saved = task.gauges_meta();
+        let parsed: BTreeMap<String, Vec<i64>> = serde_json::from_slice(&saved).unwrap();
+        assert_eq!(parsed["fold/fold"][NodeGauge::FoldsOpen as usize], 3);
+
+        // Saved gauges are taken as they are: a value the stores do not
+        // hold shows that nothing was counted.
+        let mut claimed = [0; NodeGauge::COUNT];
+        claimed[NodeGauge::FoldsOpen as usize] = 7;
+        let claimed = serde_json::to_vec(&BTreeMap::from([("fold/fold", claimed)])).unwrap();
+        assert!(!task.start(Some(&claimed)).unwrap(), "not counted");
+        assert_eq!(folds_open(&task), 7);
+        let (_, committed) = task
+            .committed_stats()
+            .find(|(name, _)| *name == "fold")
+            .unwrap();
+        assert_eq!(committed.gauge(NodeGauge::FoldsOpen), 7);
+
+        // No saved gauges, unreadable ones, or ones for another node type
+        // (the node was a rollup before): the stores are counted.
+        let other_type = serde_json::to_vec(&BTreeMap::from([(
+            "fold/rollup",
+            [5; NodeGauge::COUNT],
+        )]))
+        .unwrap();
+        for saved in [None, Some(&b"not json"[..]), Some(&other_type[..])] {
+            assert!(task.start(saved).unwrap(), "counted");
+            assert_eq!(folds_open(&task), 3, "saved: {saved:?}");
+        }
     }
 }

@@ -238,6 +238,16 @@ impl NodeStats {
         self.gauges[gauge as usize]
     }
 
+    /// Every gauge, in [`NodeGauge`] order.
+    pub(crate) fn gauges(&self) -> &[i64] {
+        &self.gauges
+    }
+
+    /// Sets every gauge, in [`NodeGauge`] order (from saved values).
+    pub(crate) fn set_gauges(&mut self, gauges: &[i64]) {
+        self.gauges.copy_from_slice(gauges);
+    }
+
     /// `folded / eligible`, the article's folding ratio, if anything was
     /// eligible.
     pub(crate) fn folding_ratio(&self) -> Option<f64> {

@@ -385,7 +385,7 @@ impl Driver {
             Routing::Direct,
         )?;
         task.set_processing_time(VIRTUAL_EPOCH);
-        task.start()?;
+        task.start(None)?;
         let tick = topology.processing.punctuation_interval.as_millis().max(1);
         let codecs = Codecs::offline(&topology)?;
         Ok(Driver {

@@ -74,7 +74,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::RuntimeError;
 use super::changelog::{
-    BASE_HEADER, CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, EVENT_TIME_HEADER,
+    BASE_HEADER, CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, EVENT_TIME_HEADER, GAUGES,
     POSITION_HEADER, Positions, TXN_HEADER,
 };
 use crate::task::limits::{Limits, TooLarge, record_size};
@@ -958,6 +958,7 @@ impl CommitCycle {
                     EVENT_TIME.to_string(),
                     item.task.clocks().event.to_string().into_bytes(),
                 ),
+                (GAUGES.to_string(), item.task.gauges_meta()),
             ];
             *result = item.task.committed(std::mem::take(entries), &meta);
             if result.is_err() {
