@@ -326,7 +326,10 @@ fn a_restart_over_its_own_state_keeps_it() {
     );
     // Issue 11: the open folds above came from the gauges saved at the
     // last commit; no task counted its stores.
-    let started: Vec<&str> = log.lines().filter(|l| l.contains("Task running.")).collect();
+    let started: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("Task running."))
+        .collect();
     assert_eq!(started.len(), 4, "log:\n{log}");
     assert!(
         started.iter().all(|l| l.contains("gauges_counted=false")),

@@ -987,11 +987,8 @@ sinks:
 
         // No saved gauges, unreadable ones, or ones for another node type
         // (the node was a rollup before): the stores are counted.
-        let other_type = serde_json::to_vec(&BTreeMap::from([(
-            "fold/rollup",
-            [5; NodeGauge::COUNT],
-        )]))
-        .unwrap();
+        let other_type =
+            serde_json::to_vec(&BTreeMap::from([("fold/rollup", [5; NodeGauge::COUNT])])).unwrap();
         for saved in [None, Some(&b"not json"[..]), Some(&other_type[..])] {
             assert!(task.start(saved).unwrap(), "counted");
             assert_eq!(folds_open(&task), 3, "saved: {saved:?}");
