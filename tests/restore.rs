@@ -161,17 +161,23 @@ fn run_until_every_account_has_an_open_fold(dir: &Path, app: &str) -> AppConfig 
     config
 }
 
-/// Runs `config` until it has folded `events` (keyed by account) and
-/// every account has an open fold, then stops it.
-fn run_over(config: &AppConfig, app: &str, source: &str, events: std::ops::Range<u64>) {
+/// Produces `events` keyed by account (`<prefix>_<i % ACCOUNTS>`); the
+/// end offsets of the 4 partitions.
+fn produce_accounts(source: &str, prefix: &str, events: std::ops::Range<u64>) -> Vec<i64> {
     let producer = TestProducer::new();
     for i in events {
-        let account = format!("account_{}", i % ACCOUNTS);
+        let account = format!("{prefix}_{}", i % ACCOUNTS);
         let value = json!({"account_id": account, "metrics": {METRICS[(i % 6) as usize]: i}});
         producer.send_json(source, &account, &value);
     }
     producer.flush();
-    let end = producer.ends(source, 4);
+    producer.ends(source, 4)
+}
+
+/// Runs `config` until it has folded `events` (keyed by account) and
+/// every account has an open fold, then stops it.
+fn run_over(config: &AppConfig, app: &str, source: &str, events: std::ops::Range<u64>) {
+    let end = produce_accounts(source, "account", events);
     let first = App::start(config, config.state_dir.parent().unwrap());
     wait_committed_to(&first, app, source, &end, Duration::from_secs(120));
     first.wait_metric_present(
@@ -363,14 +369,7 @@ fn a_restore_that_replays_records_counts_the_stores_again() {
     assert!(copied.success());
 
     // A later run opens a fold for as many accounts again.
-    let producer = TestProducer::new();
-    for i in 0..EVENTS {
-        let account = format!("late_account_{}", i % ACCOUNTS);
-        let value = json!({"account_id": account, "metrics": {METRICS[(i % 6) as usize]: i}});
-        producer.send_json(&source, &account, &value);
-    }
-    producer.flush();
-    let end = producer.ends(&source, 4);
+    let end = produce_accounts(&source, "late_account", 0..EVENTS);
     let later = App::start(&config, dir.path());
     wait_committed_to(&later, &app, &source, &end, Duration::from_secs(120));
     later.wait_metric_present(

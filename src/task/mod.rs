@@ -866,11 +866,8 @@ sinks:
         task.committed(entries, &[]).unwrap();
     }
 
-    /// Scenario 7 of issue 8: after downtime every fold of a task is
-    /// overdue at once; they fire in rounds of at most
-    /// `TIMERS_PER_PUNCTUATION`, each committed before the next.
-    #[test]
-    fn overdue_timers_fire_in_bounded_rounds() {
+    /// A started task of [`TOPOLOGY`] on an in-memory state, at time 0.
+    fn started_task() -> Task {
         let topology = crate::topology::load_str("bounded.yaml", TOPOLOGY, &|_| None).unwrap();
         let stores = topology.stores().count();
         let mut task = Task::new(
@@ -881,7 +878,12 @@ sinks:
         .unwrap();
         task.set_processing_time(0);
         task.start(None).unwrap();
-        let folds = 2 * TIMERS_PER_PUNCTUATION + TIMERS_PER_PUNCTUATION / 2;
+        task
+    }
+
+    /// Opens a fold for each of `folds` keys (`k0`, `k1`...), one event
+    /// each at offsets 0...; returns what the task emitted.
+    fn open_folds(task: &mut Task, folds: usize) -> Vec<Output> {
         let mut out = Vec::new();
         for i in 0..folds {
             let key = format!("k{i}");
@@ -902,6 +904,17 @@ sinks:
             task.process_source(0, &origin, Ok(record), &mut out)
                 .unwrap();
         }
+        out
+    }
+
+    /// Scenario 7 of issue 8: after downtime every fold of a task is
+    /// overdue at once; they fire in rounds of at most
+    /// `TIMERS_PER_PUNCTUATION`, each committed before the next.
+    #[test]
+    fn overdue_timers_fire_in_bounded_rounds() {
+        let mut task = started_task();
+        let folds = 2 * TIMERS_PER_PUNCTUATION + TIMERS_PER_PUNCTUATION / 2;
+        let out = open_folds(&mut task, folds);
         assert!(out.is_empty());
         commit(&mut task);
 
@@ -936,36 +949,8 @@ sinks:
     /// when they do not fit the topology) it counts.
     #[test]
     fn a_start_takes_the_saved_gauges_and_counts_only_without_them() {
-        let topology = crate::topology::load_str("bounded.yaml", TOPOLOGY, &|_| None).unwrap();
-        let stores = topology.stores().count();
-        let mut task = Task::new(
-            Arc::new(topology),
-            Box::new(MemoryBackend::new(stores)),
-            Routing::Direct,
-        )
-        .unwrap();
-        task.set_processing_time(0);
-        task.start(None).unwrap();
-        let mut out = Vec::new();
-        for i in 0..3 {
-            let key = format!("k{i}");
-            let origin = Origin {
-                topic: "events",
-                partition: 0,
-                offset: i,
-                key: Some(key.as_bytes()),
-                payload: Some(b"{}"),
-                headers: &[],
-            };
-            let record = Record {
-                key: Some(key.as_bytes().into()),
-                value: serde_json::json!({}),
-                timestamp: 0,
-                headers: Vec::new(),
-            };
-            task.process_source(0, &origin, Ok(record), &mut out)
-                .unwrap();
-        }
+        let mut task = started_task();
+        open_folds(&mut task, 3);
         commit(&mut task);
         assert_eq!(folds_open(&task), 3);
         let saved = task.gauges_meta();
