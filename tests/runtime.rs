@@ -811,3 +811,106 @@ fn at_least_once_folds_exactly_when_nothing_fails() {
     assert_eq!(app.metric("streamfold_transactions_aborted_total"), 0.0);
     app.stop();
 }
+
+/// Transactions begun and not yet ended in the journal at `path`, by
+/// label (only whole lines: the process may be writing the next).
+fn open_transactions(path: &std::path::Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+    let mut open = BTreeSet::new();
+    for line in whole.lines() {
+        match line.split_whitespace().collect::<Vec<_>>()[..] {
+            ["begin", label, ..] => {
+                open.insert(label.to_string());
+            }
+            ["committed" | "aborted", label, ..] => {
+                open.remove(label);
+            }
+            _ => {}
+        }
+    }
+    open
+}
+
+/// A broker that stops answering (frozen with SIGSTOP: connections stay
+/// open, nothing is acknowledged) while a transaction is open: the
+/// instance waits for the acknowledgements without burning a core, which
+/// on a shared machine would starve the broker it waits for, and once the
+/// broker wakes, the transaction commits and nothing is lost or doubled.
+#[test]
+fn a_commit_waiting_on_a_frozen_broker_uses_no_cpu_and_loses_nothing() {
+    let _serial = serial();
+    if !broker().owned() {
+        eprintln!("skipped: the broker at STREAMFOLD_TEST_BOOTSTRAP is not this test's to freeze");
+        return;
+    }
+    let names = Names::new("frozen");
+    let accounts = 200;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let dir = temp_dir();
+    let mut config = names.app("a", dir.path().join("state"), true);
+    let journal = dir.path().join("journal");
+    config.args = journal_args(&journal);
+    let app = App::start(&config, dir.path());
+    app.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 4.0,
+    );
+    let producer = TestProducer::new();
+    let freeze = Duration::from_secs(3);
+    let slices = 5;
+    let mut caught = Vec::new();
+    for slice in 0..slices {
+        let open_before = open_transactions(&journal);
+        produce_range(
+            &producer,
+            &names.source,
+            slice * total / slices..(slice + 1) * total / slices,
+            accounts,
+        );
+        // Freeze the broker the moment a transaction with this slice's
+        // records is open.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let open = loop {
+            let open: BTreeSet<String> = open_transactions(&journal)
+                .difference(&open_before)
+                .cloned()
+                .collect();
+            if !open.is_empty() || std::time::Instant::now() > deadline {
+                break open;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert!(!open.is_empty(), "slice {slice}: no transaction began");
+        broker().freeze();
+        let cpu = cpu_seconds(app.pid());
+        std::thread::sleep(freeze);
+        let used = cpu_seconds(app.pid()) - cpu;
+        // Still open after three seconds with a commit interval of 100 ms:
+        // the commit was waiting for the broker all along.
+        let waited = open.is_subset(&open_transactions(&journal));
+        broker().thaw();
+        eprintln!(
+            "slice {slice}: froze the broker with {open:?} open; {used:.2} s of CPU in {freeze:?}; \
+             the commit waited: {waited}"
+        );
+        if waited {
+            caught.push(used);
+        }
+    }
+    assert!(
+        !caught.is_empty(),
+        "no freeze caught a commit waiting for the broker, so nothing was measured"
+    );
+    for used in &caught {
+        assert!(
+            *used < freeze.as_secs_f64() / 4.0,
+            "waiting {freeze:?} for a frozen broker took {used:.2} s of CPU: the commit spins"
+        );
+    }
+    let outputs = read_folded(&names, accounts);
+    assert_only_uncommitted_duplicates(&outputs, &TxnJournal::read(&journal), accounts);
+    app.stop();
+}

@@ -203,6 +203,46 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// The nisshi of this test binary, if it has one: an external broker
+    /// (`STREAMFOLD_TEST_BOOTSTRAP`) is not a test's to freeze or restart.
+    pub fn owned(&self) -> bool {
+        self.nisshi.is_some()
+    }
+
+    /// SIGSTOP: the broker keeps its connections open and answers nothing
+    /// (a stalled broker, a long GC pause) until [`Broker::thaw`].
+    pub fn freeze(&self) {
+        signal(self.nisshi_pid(), "STOP");
+    }
+
+    /// SIGCONT after [`Broker::freeze`].
+    pub fn thaw(&self) {
+        signal(self.nisshi_pid(), "CONT");
+    }
+
+    fn nisshi_pid(&self) -> u32 {
+        let nisshi = self.nisshi.as_ref().expect("a broker of this test binary");
+        let pid = std::fs::read_to_string(&nisshi.pid_file).unwrap();
+        pid.trim().parse().unwrap()
+    }
+}
+
+/// CPU time (user + system) process `pid` has used so far, in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
+    // Fields after the command name (which may hold spaces), from `state`
+    // (field 3): utime and stime are fields 14 and 15, in clock ticks.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |field: usize| fields[field - 3].parse::<f64>().unwrap();
+    // /proc counts in USER_HZ, which Linux fixes at 100 for user space.
+    (ticks(14) + ticks(15)) / 100.0
+}
+
 pub fn wait_for_broker(bootstrap: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {

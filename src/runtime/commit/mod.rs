@@ -196,6 +196,27 @@ pub(crate) struct Transactions {
     pub(crate) aborted: u64,
 }
 
+/// How long a wait for delivery reports sleeps between looks: the first
+/// nap, and the longest, for a wait that goes on.
+const NAP: Duration = Duration::from_micros(200);
+const LONGEST_NAP: Duration = Duration::from_millis(5);
+
+/// One look of a wait for the broker's acknowledgements: serves the
+/// delivery reports that are ready, then sleeps `nap`, twice as long as
+/// the last time up to [`LONGEST_NAP`]. Not `producer.poll(timeout)`:
+/// rust-rdkafka polls until its deadline and hands librdkafka what remains
+/// in whole milliseconds, so the last millisecond of every call (all of a
+/// 1 ms call) is a busy loop, and a commit waiting on a slow broker burned
+/// a core, starving the broker it waited for on a shared machine
+/// (`tests/runtime.rs::a_commit_waiting_on_a_frozen_broker_uses_no_cpu_and_loses_nothing`).
+/// A commit that is acknowledged at once still hears of it within a
+/// fraction of a millisecond; a long wait costs about 200 looks a second.
+fn serve_then_nap(producer: &BaseProducer<DeliveryContext>, nap: &mut Duration) {
+    producer.poll(Duration::ZERO);
+    std::thread::sleep(*nap);
+    *nap = (*nap * 2).min(LONGEST_NAP);
+}
+
 fn is_fatal(error: &KafkaError) -> bool {
     match error {
         KafkaError::Transaction(e) => e.is_fatal() || !e.txn_requires_abort() && !e.is_retriable(),
@@ -506,12 +527,13 @@ impl Transactions {
         if let Some(ts) = record.timestamp {
             base = base.timestamp(ts);
         }
+        let mut nap = NAP;
         loop {
             match self.producer.send(base) {
                 Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
                     base = returned;
-                    self.producer.poll(Duration::from_millis(10));
+                    serve_then_nap(&self.producer, &mut nap);
                 }
                 Err((error, _)) => return Err(self.error(error)),
             }
@@ -576,18 +598,29 @@ impl Transactions {
     /// delivery reports. rust-rdkafka's own `flush` (also called by
     /// `commit_transaction`) polls in 100 ms slices that run to their end
     /// even once the queue is empty, which would add ~100 ms to every
-    /// commit; this loop returns as soon as the queue drains.
+    /// commit; this loop returns as soon as the queue drains, and sleeps
+    /// while it waits ([`serve_then_nap`]).
+    ///
+    /// `flush` wakes every broker thread of the producer (to send what
+    /// `linger.ms` holds back), so it runs once at the start and again
+    /// only once nothing is left in flight, not at every look.
     fn flush_promptly(&self, timeout: Duration) -> Result<(), KafkaError> {
         let deadline = Instant::now() + timeout;
+        let mut nap = NAP;
         loop {
             match self.producer.flush(Duration::ZERO) {
                 Ok(()) => return Ok(()),
-                Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut))
-                    if Instant::now() < deadline =>
-                {
-                    self.producer.poll(Duration::from_millis(1));
-                }
+                Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {}
                 Err(e) => return Err(e),
+            }
+            loop {
+                if Instant::now() >= deadline {
+                    return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+                }
+                serve_then_nap(&self.producer, &mut nap);
+                if self.producer.in_flight_count() == 0 {
+                    break;
+                }
             }
         }
     }
@@ -688,8 +721,9 @@ impl Transactions {
             let aborted = AtomicBool::new(false);
             let result = std::thread::scope(|scope| {
                 scope.spawn(|| {
+                    let mut nap = NAP;
                     while !aborted.load(Ordering::Acquire) {
-                        self.producer.poll(Duration::from_millis(1));
+                        serve_then_nap(&self.producer, &mut nap);
                     }
                 });
                 let result = self.producer.abort_transaction(TXN_TIMEOUT);
