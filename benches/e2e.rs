@@ -71,6 +71,8 @@ struct Options {
     threads: Vec<Option<usize>>,
     /// Numbers of instances to measure.
     instances: Vec<usize>,
+    /// Extra arguments of every `streamfold run` (`--run-args`).
+    run_args: Vec<String>,
 }
 
 fn options() -> Options {
@@ -87,6 +89,7 @@ fn options() -> Options {
             peer_limit: 300_000,
             threads: vec![None],
             instances: vec![1],
+            run_args: Vec::new(),
         }
     } else {
         Options {
@@ -100,6 +103,7 @@ fn options() -> Options {
             threads: vec![None],
             // The smoke run goes through the several-instances path.
             instances: vec![2],
+            run_args: Vec::new(),
         }
     };
     let mut i = 1;
@@ -121,6 +125,11 @@ fn options() -> Options {
                     .split(',')
                     .map(|t| t.parse().expect("--instances I[,I…]"))
                     .collect();
+            }
+            // Extra `streamfold run` arguments, e.g. `-X key=value`
+            // overrides for an experiment: `--run-args "-X a=b -X c=d"`.
+            "--run-args" => {
+                o.run_args = value.split_whitespace().map(String::from).collect();
             }
             "--threads" => {
                 o.threads = value
@@ -191,12 +200,14 @@ fn streamfold_run(
     events: u64,
     guarantee: &str,
     (threads, instances): (Option<usize>, usize),
+    run_args: &[String],
     dir: &std::path::Path,
 ) -> (f64, f64) {
     let (mut config, _) = app_config(topic, guarantee, dir);
     config
         .args
         .extend(threads.map(|t| format!("--threads={t}")));
+    config.args.extend_from_slice(run_args);
     let state = config.state_dir.clone();
     let apps: Vec<App> = (0..instances)
         .map(|i| {
@@ -418,6 +429,7 @@ fn main() {
                     o.events,
                     guarantee,
                     (threads, instances),
+                    &o.run_args,
                     dir.path(),
                 );
                 eprintln!(
