@@ -137,6 +137,12 @@ pub(crate) fn consumer_config(topology: &Topology, options: &RunOptions) -> Clie
     // broker that answers with large batches that idles the consumer for
     // most of each second. Resume as soon as the queue drains.
     config.set("fetch.queue.backoff.ms", "10");
+    // Each running task's partitions have queues of their own (the engine's
+    // `Queues`), and librdkafka then bounds its prefetch per partition, not
+    // per consumer: 25,000 messages or 8 MiB each, about what its defaults
+    // (100,000 messages, 64 MiB) allow one shared queue of four partitions.
+    config.set("queued.min.messages", "25000");
+    config.set("queued.max.messages.kbytes", "8192");
     // A broker that does not answer a waiting fetch as soon as data arrives
     // (nisshi) would otherwise add up to 500 ms to every folded event.
     config.set("fetch.wait.max.ms", "100");

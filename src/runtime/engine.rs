@@ -24,8 +24,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaResult;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Message, Statistics};
@@ -178,8 +181,8 @@ fn run_member(
             .map(|s| (s.config.topic.clone(), s.name.clone()))
             .collect(),
     };
-    let consumer: BaseConsumer<EngineContext> =
-        config::consumer_config(topology, options).create_with_context(context)?;
+    let consumer: Arc<BaseConsumer<EngineContext>> =
+        Arc::new(config::consumer_config(topology, options).create_with_context(context)?);
     let primary = topology.sources[0].config.topic.clone();
     consumer.subscribe(&[primary.as_str()])?;
 
@@ -195,67 +198,157 @@ fn run_member(
 }
 
 fn main_loop(
-    consumer: &BaseConsumer<EngineContext>,
+    consumer: &Arc<BaseConsumer<EngineContext>>,
     shutdown: &AtomicBool,
 ) -> Result<(), RuntimeError> {
     let context = consumer.context();
-    let mut polled = Vec::with_capacity(BATCH);
+    let mut queues = Queues::default();
     let mut timeout = Duration::from_millis(10);
     loop {
         if shutdown.load(Ordering::Relaxed) {
             tracing::info!("Shutting down: committing and leaving the group.");
             return Ok(());
         }
-        let consumed = poll_batch(consumer, &mut polled, timeout);
+        // Borrows the queues: a new one each round, so they can change
+        // between rounds.
+        let mut polled = Vec::with_capacity(BATCH);
+        let consumed = poll_batch(consumer, &queues, &mut polled, timeout);
         if !polled.is_empty() {
             let mut engine = context.lock();
             let result = engine.on_batch(&polled);
-            polled.clear();
+            drop(polled);
             engine.recover(consumer, result)?;
         }
         consumed?;
         let mut engine = context.lock();
         let result = engine.housekeeping(consumer);
         engine.recover(consumer, result)?;
+        queues.update(consumer, &mut engine)?;
         timeout = engine.poll_timeout();
     }
 }
 
-/// Polls up to [`BATCH`] messages: waits up to `timeout` for the first,
-/// then takes what the consumer has already fetched. Each message comes
-/// with the rebalance epoch after the poll that returned it.
+/// Each running task's partitions on queues of their own
+/// (`split_partition_queue`), so that a batch takes a share of every task
+/// with records waiting and the processing threads all have work:
+/// librdkafka queues a fetch response partition by partition, so the
+/// consumer's one queue hands out long runs of a single partition, which
+/// one thread processes while the others wait.
+///
+/// A task's partitions stay paused from assignment until it has started
+/// (restored, and sought to its committed offsets); only then are they
+/// split off and resumed, so every record the task processes comes from
+/// its own queue, in order. What the consumer queue may still hold of them
+/// was fetched before that seek, and librdkafka drops it (the seek's
+/// version barrier).
+#[derive(Default)]
+struct Queues {
+    by_task: BTreeMap<i32, Vec<PartitionQueue<EngineContext>>>,
+}
+
+impl Queues {
+    /// Drops the queues of tasks that stopped running; gives tasks that
+    /// started queues of their own and resumes their partitions.
+    fn update(
+        &mut self,
+        consumer: &Arc<BaseConsumer<EngineContext>>,
+        engine: &mut Engine,
+    ) -> Result<(), RuntimeError> {
+        self.by_task
+            .retain(|task, _| engine.tasks.get(task).is_some_and(|s| s.running));
+        for task in std::mem::take(&mut engine.started) {
+            if !engine.tasks.get(&task).is_some_and(|s| s.running) {
+                continue;
+            }
+            let queues = engine
+                .inputs
+                .iter()
+                .filter_map(|input| {
+                    let queue = consumer.split_partition_queue(&input.topic, task);
+                    if queue.is_none() {
+                        // It stays on the consumer's queue, still in order.
+                        tracing::warn!(topic = %input.topic, partition = task, "No queue of its own for a partition.");
+                    }
+                    queue
+                })
+                .collect();
+            self.by_task.insert(task, queues);
+            consumer.resume(&engine.partitions_of(&[task]))?;
+        }
+        Ok(())
+    }
+}
+
+/// The longest a poll waits on the consumer's queue when no task's queue
+/// had anything: records arriving on a task's queue meanwhile wait that
+/// long at most.
+const IDLE_WAIT: Duration = Duration::from_millis(5);
+
+/// Polls up to [`BATCH`] messages: whatever the consumer's queue has
+/// (rebalance callbacks run here), then a share of [`BATCH`] from each
+/// task's queues, round after round until the batch is full or they are
+/// empty. With nothing anywhere it waits up to `timeout` (at most
+/// [`IDLE_WAIT`]) on the consumer's queue. Each message comes with the
+/// rebalance epoch after the poll that returned it.
 fn poll_batch<'c>(
     consumer: &'c BaseConsumer<EngineContext>,
+    queues: &'c Queues,
     polled: &mut Vec<Polled<'c>>,
     timeout: Duration,
 ) -> Result<(), RuntimeError> {
-    let mut wait = timeout;
-    while polled.len() < BATCH {
-        match consumer.poll(wait) {
-            Some(Ok(message)) => {
-                let epoch = consumer.context().epoch.load(Ordering::Acquire);
-                polled.push((message, epoch));
-            }
-            // A static member replaced by another with the same instance
-            // id: fenced, like the producer.
-            Some(Err(KafkaError::MessageConsumptionFatal(RDKafkaErrorCode::FencedInstanceId))) => {
-                return Err(RuntimeError::Commit(CommitError::Fenced(
-                    "the group gave this instance's static membership to another consumer".into(),
-                )));
-            }
-            // Fatal: the consumer cannot go on.
-            Some(Err(error @ KafkaError::MessageConsumptionFatal(_))) => {
-                return Err(RuntimeError::Kafka(error));
-            }
-            Some(Err(error)) => {
-                tracing::warn!(%error, "Consumer error.");
-                return Ok(());
-            }
-            None => return Ok(()),
+    let epoch = &consumer.context().epoch;
+    while polled.len() < BATCH && take(consumer.poll(Duration::ZERO), epoch, polled)? {}
+    let queues: Vec<&PartitionQueue<EngineContext>> = queues.by_task.values().flatten().collect();
+    let share = (BATCH / queues.len().max(1)).max(1);
+    loop {
+        let before = polled.len();
+        for queue in &queues {
+            let end = (polled.len() + share).min(BATCH);
+            while polled.len() < end && take(queue.poll(Duration::ZERO), epoch, polled)? {}
         }
-        wait = Duration::ZERO;
+        if polled.len() == before || polled.len() >= BATCH {
+            break;
+        }
+    }
+    if polled.is_empty() && !timeout.is_zero() {
+        let wait = if queues.is_empty() {
+            timeout
+        } else {
+            timeout.min(IDLE_WAIT)
+        };
+        take(consumer.poll(wait), epoch, polled)?;
     }
     Ok(())
+}
+
+/// Adds a polled message to the batch; whether to poll on.
+fn take<'c>(
+    result: Option<KafkaResult<BorrowedMessage<'c>>>,
+    epoch: &AtomicU64,
+    polled: &mut Vec<Polled<'c>>,
+) -> Result<bool, RuntimeError> {
+    match result {
+        Some(Ok(message)) => {
+            polled.push((message, epoch.load(Ordering::Acquire)));
+            Ok(true)
+        }
+        // A static member replaced by another with the same instance id:
+        // fenced, like the producer.
+        Some(Err(KafkaError::MessageConsumptionFatal(RDKafkaErrorCode::FencedInstanceId))) => {
+            Err(RuntimeError::Commit(CommitError::Fenced(
+                "the group gave this instance's static membership to another consumer".into(),
+            )))
+        }
+        // Fatal: the consumer cannot go on.
+        Some(Err(error @ KafkaError::MessageConsumptionFatal(_))) => {
+            Err(RuntimeError::Kafka(error))
+        }
+        Some(Err(error)) => {
+            tracing::warn!(%error, "Consumer error.");
+            Ok(false)
+        }
+        None => Ok(false),
+    }
 }
 
 /// The consumer context: owns the engine so rebalance callbacks can
@@ -380,6 +473,9 @@ struct Engine {
     pool: Option<rayon::ThreadPool>,
     /// Tasks with work in the current batch or round of timers.
     busy: Vec<i32>,
+    /// Tasks started since the main loop last looked: their partitions
+    /// are still paused, waiting for their own queues ([`Queues`]).
+    started: Vec<i32>,
     /// Rebalance callbacks so far, shared with the consumer context.
     epoch: Arc<AtomicU64>,
     /// The epoch of the last rewind: messages polled in an earlier epoch
@@ -472,6 +568,7 @@ impl Engine {
             restorer,
             pool: None,
             busy: Vec::new(),
+            started: Vec::new(),
             epoch: Arc::new(AtomicU64::new(0)),
             rewound_at: 0,
             consumed_unreported: 0,
@@ -768,8 +865,8 @@ impl Engine {
         if let Some(queries) = &self.queries {
             queries.started(task);
         }
-        let partitions = self.partitions_of(&[task]);
-        consumer.resume(&partitions)?;
+        // Its partitions resume once they have their own queues.
+        self.started.push(task);
         tracing::info!(task, gauges_counted, "Task running.");
         metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => self.topology.name.clone())
             .set(self.tasks.values().filter(|s| s.running).count() as f64);
