@@ -5,7 +5,21 @@
 //! cargo bench --bench e2e -- [--events N] [--accounts A] [--partitions P] [--repeat R]
 //!                             [--threads T[,T…]] [--instances I[,I…]]
 //!                             [--peer quix] [--peer-limit L]
+//!                             [--workload social-metrics|question-feed|distributed-counter]
 //! ```
+//!
+//! `--workload` picks the topology and its events (`streamfold-loadgen
+//! produce --workload`): social-metrics (the default, described below);
+//! question-feed (dedup by event id, a projection per question, ordered
+//! thanks totals; one event in ten sent twice; A questions and as many
+//! answers); distributed-counter (a rollup per counter through its
+//! repartition topic; every event sent twice; A counters). For the last
+//! two, N counts distinct events (the topic holds the copies too, and
+//! every rate is over the records in the topic), a run ends when every
+//! record reached the topology's first stateful node (`dedup_events`,
+//! `rollup_counters`: its `streamfold_node_records_in_total`, published
+//! as of commits), and the peer and latency steps are social-metrics
+//! only.
 //!
 //! 1. Produces N post-metric events (default 1,000,000) over A accounts
 //!    (1,000), keyed by account, to a topic with P partitions (4) on a
@@ -58,6 +72,9 @@ use serde_json::{Value, json};
 use support::*;
 
 struct Options {
+    /// Under `cargo test`: a smoke run of every workload.
+    smoke: bool,
+    workload: Workload,
     events: u64,
     accounts: u64,
     partitions: i32,
@@ -80,6 +97,8 @@ fn options() -> Options {
     let benchmarking = args.iter().any(|a| a == "--bench");
     let mut o = if benchmarking {
         Options {
+            smoke: false,
+            workload: Workload::SocialMetrics,
             events: 1_000_000,
             accounts: 1_000,
             partitions: 4,
@@ -93,6 +112,8 @@ fn options() -> Options {
         }
     } else {
         Options {
+            smoke: true,
+            workload: Workload::SocialMetrics,
             events: 20_000,
             accounts: 100,
             partitions: 4,
@@ -111,6 +132,7 @@ fn options() -> Options {
         let value = args.get(i + 1).cloned().unwrap_or_default();
         match args[i].as_str() {
             "--events" => o.events = value.parse().expect("--events N"),
+            "--workload" => o.workload = Workload::parse(&value),
             "--accounts" => o.accounts = value.parse().expect("--accounts N"),
             "--partitions" => o.partitions = value.parse().expect("--partitions N"),
             "--repeat" => o.repeat = value.parse().expect("--repeat N"),
@@ -149,6 +171,88 @@ fn options() -> Options {
     o
 }
 
+/// The topology measured, with its events.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    SocialMetrics,
+    QuestionFeed,
+    DistributedCounter,
+}
+
+impl Workload {
+    fn parse(name: &str) -> Workload {
+        match name {
+            "social-metrics" => Workload::SocialMetrics,
+            "question-feed" => Workload::QuestionFeed,
+            "distributed-counter" => Workload::DistributedCounter,
+            _ => panic!("--workload social-metrics|question-feed|distributed-counter"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Workload::SocialMetrics => "social-metrics",
+            Workload::QuestionFeed => "question-feed",
+            Workload::DistributedCounter => "distributed-counter",
+        }
+    }
+
+    /// The topology's variables naming its input and outputs (each run
+    /// gets output topics of its own), and its first output topic.
+    fn env(self, input: &str) -> (Vec<(String, String)>, String) {
+        let (input_name, outputs): (&str, &[&str]) = match self {
+            Workload::SocialMetrics => ("POST_METRICS_TOPIC", &["FOLDED_TOPIC"]),
+            Workload::QuestionFeed => (
+                "FEED_EVENTS_TOPIC",
+                &["QUESTIONS_TOPIC", "THANKS_TOPIC", "OTHER_EVENTS_TOPIC"],
+            ),
+            Workload::DistributedCounter => ("COUNTER_EVENTS_TOPIC", &["COUNTER_VALUES_TOPIC"]),
+        };
+        let outputs: Vec<(String, String)> = outputs
+            .iter()
+            .map(|name| (name.to_string(), unique("bench-out")))
+            .collect();
+        let first = outputs[0].1.clone();
+        let mut env = vec![
+            (input_name.to_string(), input.to_string()),
+            ("DEAD_LETTER_TOPIC".into(), unique("bench-dlq")),
+        ];
+        env.extend(outputs);
+        if self == Workload::DistributedCounter {
+            // The read-trigger source: empty here, co-partitioned with the
+            // events.
+            env.push(("COUNTER_READS_TOPIC".into(), format!("{input}-reads")));
+        }
+        (env, first)
+    }
+
+    /// Whether a run has processed `records`, from one instance's
+    /// metrics summed over `texts`: for social-metrics, the records whose
+    /// offsets it committed; otherwise the records that reached the first
+    /// stateful node, after any repartition hop (counted as of commits).
+    fn done(self, texts: &[String], records: u64) -> bool {
+        let node = match self {
+            Workload::SocialMetrics => {
+                let committed: f64 = texts
+                    .iter()
+                    .map(|t| parse_metric(t, "streamfold_runtime_records_committed_total"))
+                    .sum();
+                return committed >= records as f64;
+            }
+            Workload::QuestionFeed => "dedup_events",
+            Workload::DistributedCounter => "rollup_counters",
+        };
+        let label = format!("node=\"{node}\"");
+        let received: f64 = texts
+            .iter()
+            .flat_map(|t| t.lines())
+            .filter(|l| l.starts_with("streamfold_node_records_in_total{") && l.contains(&label))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum();
+        received >= records as f64
+    }
+}
+
 fn loadgen() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_streamfold-loadgen"));
     command.arg("--bootstrap-servers").arg(&broker().bootstrap);
@@ -172,38 +276,41 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-fn app_config(topic: &str, guarantee: &str, dir: &std::path::Path) -> (AppConfig, String) {
+/// A fresh application of `workload` over `topic`; with the name of its
+/// first output topic (social-metrics: the folded events).
+fn app_config(
+    workload: Workload,
+    topic: &str,
+    guarantee: &str,
+    dir: &std::path::Path,
+) -> (AppConfig, String) {
     let app = unique("bench");
-    let folded = unique("bench-folded");
+    let (mut env, output) = workload.env(topic);
+    env.push(("STREAMFOLD_APP".into(), app.clone()));
+    env.push(("STREAMFOLD_GUARANTEE".into(), guarantee.into()));
     let config = AppConfig {
-        topology: repo().join("topologies/social-metrics.yaml"),
+        topology: repo().join(format!("topologies/{}.yaml", workload.name())),
         instance: "bench".into(),
         state_dir: dir.join(&app),
-        env: vec![
-            ("STREAMFOLD_APP".into(), app),
-            ("POST_METRICS_TOPIC".into(), topic.to_string()),
-            ("FOLDED_TOPIC".into(), folded.clone()),
-            ("DEAD_LETTER_TOPIC".into(), unique("bench-dlq")),
-            ("STREAMFOLD_GUARANTEE".into(), guarantee.into()),
-        ],
+        env,
         txn_header: false,
         args: Vec::new(),
     };
-    (config, folded)
+    (config, output)
 }
 
 /// One streamfold run over the whole topic by `instances` instances with
 /// `threads` processing threads each: (records/s, peak RSS MiB of the
 /// largest).
 fn streamfold_run(
-    topic: &str,
+    (workload, topic): (Workload, &str),
     events: u64,
     guarantee: &str,
     (threads, instances): (Option<usize>, usize),
     run_args: &[String],
     dir: &std::path::Path,
 ) -> (f64, f64) {
-    let (mut config, _) = app_config(topic, guarantee, dir);
+    let (mut config, _) = app_config(workload, topic, guarantee, dir);
     config
         .args
         .extend(threads.map(|t| format!("--threads={t}")));
@@ -229,7 +336,8 @@ fn streamfold_run(
         if first.is_none() && total("streamfold_runtime_records_consumed_total") > 0.0 {
             first = Some(now);
         }
-        if total("streamfold_runtime_records_committed_total") >= events as f64 {
+        let texts: Vec<String> = apps.iter().map(App::metrics_text).collect();
+        if workload.done(&texts, events) {
             break now;
         }
         for app in &apps {
@@ -288,7 +396,7 @@ fn quix_run(topic: &str, limit: u64, dir: &std::path::Path) -> (f64, f64) {
 fn latencies(bursts: usize, dir: &std::path::Path) -> Vec<f64> {
     let topic = unique("bench-latency");
     create_topic(&topic, 4);
-    let (config, folded) = app_config(&topic, "exactly_once", dir);
+    let (config, folded) = app_config(Workload::SocialMetrics, &topic, "exactly_once", dir);
     let app = App::start(&config, dir);
     app.wait_metric(
         "streamfold_runtime_tasks_running",
@@ -350,6 +458,30 @@ fn latencies(bursts: usize, dir: &std::path::Path) -> Vec<f64> {
     out
 }
 
+/// Produces `events` of `workload` over `keys` keys to a new topic of
+/// `partitions`; returns the topic and the records it holds (copies
+/// included): what every run reads.
+fn produce(workload: Workload, events: u64, keys: u64, partitions: i32) -> (String, u64) {
+    let topic = unique("bench-input");
+    create_topic(&topic, partitions);
+    if workload == Workload::DistributedCounter {
+        create_topic(&format!("{topic}-reads"), partitions);
+    }
+    let produced = loadgen()
+        .args(["produce", "--workload", workload.name(), "--topic", &topic])
+        .args(["--partitions", &partitions.to_string()])
+        .args(["--events", &events.to_string()])
+        .args(["--accounts", &keys.to_string(), "--json"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(produced.status.success());
+    let summary: Value = serde_json::from_slice(&produced.stdout).unwrap();
+    let records = summary["records"].as_u64().unwrap();
+    assert!(records >= events, "{records} records for {events} events");
+    (topic, records)
+}
+
 fn main() {
     let o = options();
     let dir = tempfile::Builder::new()
@@ -358,25 +490,11 @@ fn main() {
         .unwrap();
     eprintln!("broker {}", broker().bootstrap);
 
-    let topic = unique("bench-posts");
-    create_topic(&topic, o.partitions);
-    let produced = loadgen()
-        .args([
-            "produce",
-            "--topic",
-            &topic,
-            "--partitions",
-            &o.partitions.to_string(),
-        ])
-        .args([
-            "--events",
-            &o.events.to_string(),
-            "--accounts",
-            &o.accounts.to_string(),
-        ])
-        .status()
-        .unwrap();
-    assert!(produced.success());
+    let (topic, records) = produce(o.workload, o.events, o.accounts, o.partitions);
+    let o = Options {
+        events: records,
+        ..o
+    };
 
     let bare_run = |extra: &[&str]| -> f64 {
         let output = loadgen()
@@ -425,7 +543,7 @@ fn main() {
             let mut rss = Vec::new();
             for run in 0..o.repeat {
                 let (rate, peak) = streamfold_run(
-                    &topic,
+                    (o.workload, &topic),
                     o.events,
                     guarantee,
                     (threads, instances),
@@ -443,6 +561,12 @@ fn main() {
         }
     }
 
+    // The peer and the latency bursts are social-metrics' workload.
+    let social = o.workload == Workload::SocialMetrics;
+    assert!(
+        social || !o.quix,
+        "--peer quix measures the social-metrics workload"
+    );
     let mut quix = Vec::new();
     let mut quix_rss = Vec::new();
     if o.quix {
@@ -468,7 +592,7 @@ fn main() {
 
     let mut p50 = Vec::new();
     let mut p99 = Vec::new();
-    for run in 0..o.repeat {
+    for run in (0..o.repeat).filter(|_| social) {
         let l = latencies(o.bursts, dir.path());
         assert_eq!(l.len(), o.bursts, "every burst was folded");
         eprintln!(
@@ -484,8 +608,12 @@ fn main() {
     let bare = median(&mut bare);
     let tuned = median(&mut tuned);
     println!(
-        "\n{} events over {} accounts, {} partitions; medians of {} runs\n",
-        o.events, o.accounts, o.partitions, o.repeat
+        "\n{}: {} records over {} keys, {} partitions; medians of {} runs\n",
+        o.workload.name(),
+        o.events,
+        o.accounts,
+        o.partitions,
+        o.repeat
     );
     println!(
         "| run | records/s | vs bare consumer (defaults) | vs bare consumer (fetch.queue.backoff.ms=10) | peak RSS |"
@@ -501,7 +629,8 @@ fn main() {
     );
     for (guarantee, rate, rss) in &results {
         println!(
-            "| streamfold social-metrics, {guarantee} | {rate:.0} | {:.0}% | {:.0}% | {rss:.0} MiB |",
+            "| streamfold {}, {guarantee} | {rate:.0} | {:.0}% | {:.0}% | {rss:.0} MiB |",
+            o.workload.name(),
             100.0 * rate / bare,
             100.0 * rate / tuned
         );
@@ -529,9 +658,30 @@ fn main() {
             runs
         );
     }
-    println!(
-        "\nlatency, last event of a burst to its folded event (exactly_once, read_committed): p50 {:.0} ms, p99 {:.0} ms",
-        median(&mut p50),
-        median(&mut p99)
-    );
+    if o.smoke {
+        // The other workloads' topologies and completion through the
+        // harness: one small run each.
+        for workload in [Workload::QuestionFeed, Workload::DistributedCounter] {
+            let (topic, records) = produce(workload, 5_000, 100, o.partitions);
+            let (rate, _) = streamfold_run(
+                (workload, &topic),
+                records,
+                "exactly_once",
+                (None, 1),
+                &[],
+                dir.path(),
+            );
+            eprintln!(
+                "smoke run of {}: {records} records, {rate:.0} records/s",
+                workload.name()
+            );
+        }
+    }
+    if social {
+        println!(
+            "\nlatency, last event of a burst to its folded event (exactly_once, read_committed): p50 {:.0} ms, p99 {:.0} ms",
+            median(&mut p50),
+            median(&mut p99)
+        );
+    }
 }

@@ -401,6 +401,39 @@ fn a_second_instance_joining_and_the_first_leaving_mid_stream_changes_nothing() 
     second.stop();
 }
 
+/// A record cache far too small for the open folds (a few entries per
+/// store): every commit evicts, so most reads go to RocksDB; the folds stay
+/// exact, across a restart too.
+#[test]
+fn a_record_cache_smaller_than_the_open_folds_loses_nothing() {
+    let _serial = serial();
+    let names = Names::new("tiny-cache");
+    let accounts = 300;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..total / 2, accounts);
+    let dir = temp_dir();
+    let mut config = names.app("a", dir.path().join("state"), true);
+    config
+        .env
+        .push(("STREAMFOLD_RECORD_CACHE".into(), "4KiB".into()));
+
+    let first = App::start(&config, dir.path());
+    first.wait_metric(
+        "streamfold_fold_eligible_events_total",
+        Duration::from_secs(120),
+        |n| n >= (total / 2) as f64,
+    );
+    first.stop();
+
+    let second = App::start(&config, dir.path());
+    produce_range(&producer, &names.source, total / 2..total, accounts);
+    let outputs = read_folded(&names, accounts);
+    assert_exact(&outputs, accounts);
+    second.stop();
+}
+
 #[test]
 fn a_deleted_state_directory_is_rebuilt_from_the_changelogs() {
     let _serial = serial();

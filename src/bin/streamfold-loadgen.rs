@@ -1,9 +1,11 @@
-//! `streamfold-loadgen`: produce and read post-metric events, for the
-//! quickstart, manual runs and the end-to-end benchmark.
+//! `streamfold-loadgen`: produce and read the example topologies' events,
+//! for the quickstart, manual runs and the end-to-end benchmark.
 //!
 //! ```text
 //! streamfold-loadgen create-topic --topic post-metric-updated --partitions 4
 //! streamfold-loadgen produce --topic post-metric-updated --article --events 200000 --accounts 1000
+//! streamfold-loadgen produce --workload question-feed --topic question-feed-events --events 100000 --accounts 5000
+//! streamfold-loadgen produce --workload distributed-counter --topic counter-events --events 100000 --accounts 500
 //! streamfold-loadgen read --topic account-metrics-folded --idle 3s
 //! streamfold-loadgen bare-consume --topic post-metric-updated --expect 1000000
 //! ```
@@ -45,7 +47,7 @@ use streamfold::topology;
 #[derive(Parser)]
 #[command(
     name = "streamfold-loadgen",
-    about = "Produce and read post-metric events."
+    about = "Produce and read the example topologies' events."
 )]
 struct Cli {
     /// Kafka servers; defaults to the topology's, else `127.0.0.1:9092`.
@@ -62,6 +64,23 @@ struct Cli {
     command: Command,
 }
 
+/// The events `produce` generates, each for one of the example topologies.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Workload {
+    /// Post-metric events keyed by account (`social-metrics.yaml`).
+    SocialMetrics,
+    /// Question events (created, edited, answered, deleted) keyed by
+    /// question, and thanks totals keyed by answer, with growing sequences
+    /// per question and answer; one event in ten is sent twice, as an
+    /// at-least-once producer would (`question-feed.yaml`).
+    QuestionFeed,
+    /// Counter increments with a unique token, each sent twice in a row
+    /// (the producer's retry, same token and event time), keyed by token,
+    /// so the rollup's `key_by: /counter` goes through its repartition
+    /// topic (`distributed-counter.yaml`).
+    DistributedCounter,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Create a topic; nothing happens when it exists.
@@ -71,26 +90,36 @@ enum Command {
         #[arg(long, default_value_t = 4)]
         partitions: i32,
     },
-    /// Create the topic if needed and produce events keyed by account.
+    /// Create the topic if needed and produce generated events.
     Produce {
         #[arg(long)]
         topic: String,
         /// Partitions when the topic is created.
         #[arg(long, default_value_t = 4)]
         partitions: i32,
-        /// The article's six events (post_1..post_6 over account_1, account_2).
+        /// Which topology's events.
+        #[arg(long, value_enum, default_value_t = Workload::SocialMetrics)]
+        workload: Workload,
+        /// The article's six events (post_1..post_6 over account_1,
+        /// account_2), before the generated ones (social-metrics only).
         #[arg(long)]
         article: bool,
-        /// Generated post-metric events after the article's.
+        /// Generated events (distinct ones: the copies some workloads send
+        /// come on top).
         #[arg(long, default_value_t = 0)]
         events: u64,
-        /// Accounts the generated events are spread over.
-        #[arg(long, default_value_t = 1000)]
+        /// Keys the generated events are spread over: accounts, questions
+        /// and answers, or counters.
+        #[arg(long, alias = "keys", default_value_t = 1000)]
         accounts: u64,
         /// Events per account in a row before moving to the next account
         /// (1 interleaves accounts).
         #[arg(long, default_value_t = 1)]
         run: u64,
+        /// Also print the summary as JSON on stdout (`records`: every
+        /// record sent, copies included).
+        #[arg(long)]
+        json: bool,
     },
     /// Print records of a topic as JSON lines until it is idle.
     Read {
@@ -176,19 +205,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Produce {
             topic,
             partitions,
+            workload,
             article,
             events,
             accounts,
             run,
-        } => produce(
-            &base,
-            &topic,
-            partitions,
-            article,
-            events,
-            accounts.max(1),
-            run.max(1),
-        ),
+            json,
+        } => {
+            if article && workload != Workload::SocialMetrics {
+                bail!("--article is social-metrics' example");
+            }
+            produce(
+                &base,
+                &topic,
+                partitions,
+                workload,
+                article,
+                events,
+                accounts.max(1),
+                run.max(1),
+                json,
+            )
+        }
         Command::Read {
             topic,
             idle,
@@ -220,14 +258,17 @@ fn ensure_topic(base: &ClientConfig, topic: &str, partitions: i32) -> anyhow::Re
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn produce(
     base: &ClientConfig,
     topic: &str,
     partitions: i32,
+    workload: Workload,
     article: bool,
     events: u64,
     accounts: u64,
     run: u64,
+    json: bool,
 ) -> anyhow::Result<()> {
     ensure_topic(base, topic, partitions)?;
     let producer: BaseProducer = with_defaults(
@@ -270,15 +311,48 @@ fn produce(
             send(&account, &value)?;
         }
     }
-    for i in 0..events {
-        let account = (i / run) % accounts;
-        let account_id = format!("account_{account}");
-        let value = json!({
-            "post_id": format!("post_{}", 1000 + i % 5000),
-            "account_id": account_id,
-            "metrics": {example::METRICS[(i % 6) as usize]: i % 97},
-        });
-        send(&account_id, &value)?;
+    match workload {
+        Workload::SocialMetrics => {
+            for i in 0..events {
+                let account = (i / run) % accounts;
+                let account_id = format!("account_{account}");
+                let value = json!({
+                    "post_id": format!("post_{}", 1000 + i % 5000),
+                    "account_id": account_id,
+                    "metrics": {example::METRICS[(i % 6) as usize]: i % 97},
+                });
+                send(&account_id, &value)?;
+            }
+        }
+        Workload::QuestionFeed => {
+            let mut feed = QuestionFeed::default();
+            for i in 0..events {
+                let (key, value, copies) = feed.event(i, accounts);
+                for _ in 0..copies {
+                    send(&key, &value)?;
+                }
+            }
+        }
+        Workload::DistributedCounter => {
+            // Event times advance 1 ms per 100 events, so the rollup's
+            // `accept_limit` (5 s) sees them as on time unless partitions
+            // drift apart by half a million events.
+            let start = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            for i in 0..events {
+                let r = mix(i);
+                let token = format!("token_{i}");
+                let value = json!({
+                    "counter": format!("likes:post_{}", r % accounts),
+                    "token": token,
+                    "delta": 1 + (r >> 32) % 9,
+                    "event_time": start + i / 100,
+                });
+                send(&token, &value)?;
+                send(&token, &value)?;
+            }
+        }
     }
     producer
         .flush(Duration::from_secs(120))
@@ -288,7 +362,61 @@ fn produce(
         "produced {sent} events to {topic} in {seconds:.1}s ({:.0}/s)",
         sent as f64 / seconds.max(1e-9)
     );
+    if json {
+        println!("{}", json!({"records": sent, "seconds": seconds}));
+    }
     Ok(())
+}
+
+/// SplitMix64: the generators' choices, a function of the event number so
+/// that every run produces the same events.
+fn mix(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The question-feed generator: the next sequence of each question and
+/// answer.
+#[derive(Default)]
+struct QuestionFeed {
+    questions: std::collections::HashMap<u64, u64>,
+    answers: std::collections::HashMap<u64, u64>,
+}
+
+impl QuestionFeed {
+    /// Event `i` over `keys` questions and as many answers: its key, its
+    /// value and how many times to send it.
+    fn event(&mut self, i: u64, keys: u64) -> (String, serde_json::Value, u32) {
+        let r = mix(i);
+        let id = format!("event_{i}");
+        let copies = if (r >> 56).is_multiple_of(10) { 2 } else { 1 };
+        if r % 10 < 6 {
+            let question = (r >> 8) % keys;
+            let seq = self.questions.entry(question).or_insert(0);
+            *seq += 1;
+            let kind = match (*seq, (r >> 40) % 10) {
+                (1, _) => "QuestionCreated",
+                (_, 0..5) => "QuestionEdited",
+                (_, 5..9) => "AnswerAdded",
+                _ => "QuestionDeleted",
+            };
+            let question = format!("q{question}");
+            let value = json!({"event_id": id, "type": kind, "question_id": question,
+                "sequence": *seq, "title": format!("{question} title {seq}"),
+                "author": format!("author of {question}")});
+            (question, value, copies)
+        } else {
+            let answer = (r >> 8) % keys;
+            let seq = self.answers.entry(answer).or_insert(0);
+            *seq += 1;
+            let answer = format!("a{answer}");
+            let value = json!({"event_id": id, "type": "ThanksForAnswerGiven",
+                "answer_id": answer, "totalThanks": *seq, "sequence": *seq});
+            (answer, value, copies)
+        }
+    }
 }
 
 fn read(base: &ClientConfig, topic: &str, idle: Duration, summary: bool) -> anyhow::Result<()> {

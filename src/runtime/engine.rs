@@ -44,6 +44,7 @@ use super::restore::Restorer;
 use super::{RuntimeError, admin, query, wire};
 use crate::formats::{Codecs, Wire};
 use crate::record::{Origin, Record};
+use crate::state::CacheBudget;
 use crate::state::rocks::{RocksBackend, RocksResources};
 use crate::task::partitioner::partition_for;
 use crate::task::{DeadLetterAt, Output, Routing, Task};
@@ -464,6 +465,8 @@ struct Engine {
     state_root: PathBuf,
     /// The block cache and write buffers every task database shares.
     rocks: RocksResources,
+    /// The record cache's budget, shared by every task's stores.
+    record_cache: Arc<CacheBudget>,
     inputs: Vec<Input>,
     tasks: BTreeMap<i32, Slot>,
     codecs: Codecs,
@@ -560,6 +563,7 @@ impl Engine {
                 topology.state.write_buffers.as_usize(),
                 topology.state.max_open_files,
             ),
+            record_cache: CacheBudget::new(topology.state.record_cache.as_usize()),
             partitions: layout.partitions,
             inputs,
             tasks: BTreeMap::new(),
@@ -788,14 +792,16 @@ impl Engine {
             let queries = Arc::clone(queries);
             backend.on_close(Box::new(move || queries.closing(task, &db)));
         }
-        Ok(Task::new(
+        let mut task = Task::new(
             Arc::clone(&self.topology),
             Box::new(backend),
             Routing::Partitioned {
                 partition: task,
                 partitions: self.partitions,
             },
-        )?)
+        )?;
+        task.state().share_cache(Arc::clone(&self.record_cache));
+        Ok(task)
     }
 
     /// Replaces a task's local state with an empty one, for a full

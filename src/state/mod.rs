@@ -15,7 +15,9 @@
 //!   uncommitted data;
 //! - committed entries stay in the overlay as a read cache, bounded by
 //!   [`StateSet::with_cache_entries`] per store (the topology's
-//!   `state.cache_entries`).
+//!   `state.cache_entries`) and by the instance's [`CacheBudget`] in bytes
+//!   (`state.record_cache`), which every cached store of every open task
+//!   shares.
 //!
 //! Keys are ordered bytes, so range and prefix scans work the same on every
 //! backend.
@@ -28,6 +30,8 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::ops::Bound;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -194,6 +198,69 @@ enum Slot<V> {
 /// [`Overlay::walk_slots`]); 16 is log2 of a cache of 65,536 entries.
 const WALK_RATIO: usize = 16;
 
+/// The instance-wide bound of the stores' read caches, in bytes
+/// (`state.record_cache`): every cached store of every open task gets an
+/// equal share, as Kafka Streams splits `statestore.cache.max.bytes`
+/// between its threads, so the bound holds whatever the number of
+/// partitions, stores or keys.
+#[derive(Debug)]
+pub(crate) struct CacheBudget {
+    bytes: usize,
+    /// Cached stores of the open tasks.
+    stores: AtomicUsize,
+}
+
+impl CacheBudget {
+    pub(crate) fn new(bytes: usize) -> Arc<CacheBudget> {
+        Arc::new(CacheBudget {
+            bytes,
+            stores: AtomicUsize::new(0),
+        })
+    }
+
+    /// One store's share.
+    fn share(&self) -> usize {
+        self.bytes / self.stores.load(Ordering::Relaxed).max(1)
+    }
+}
+
+/// What one cached entry is taken to cost in memory: a decoded value
+/// takes more than its encoding (a JSON object's map, its strings' own
+/// allocations), and a slot of the overlay's map more than its key. An
+/// estimate, not an allocator's count, chosen on the high side: with 2.5M
+/// open social-metrics folds over 4 tasks, a `record_cache` of 64 MiB
+/// raised the instance's peak RSS by 39 MiB over a `record_cache` of 0
+/// (BENCHMARKS.md, "Memory with 10M keys").
+const DECODED_PER_ENCODED_BYTE: f64 = 4.0;
+const SLOT_BYTES: f64 = 96.0;
+
+/// The mean size of a store's entries as encoded (key and value), over
+/// the entries committed or read lately.
+#[derive(Default)]
+struct EntrySize {
+    key: f64,
+    value: f64,
+    seen: u32,
+}
+
+impl EntrySize {
+    /// Entries after which the mean becomes a moving one.
+    const WINDOW: u32 = 1024;
+
+    fn observe(&mut self, key: usize, value: usize) {
+        self.seen = (self.seen + 1).min(Self::WINDOW);
+        let n = f64::from(self.seen);
+        self.key += (key as f64 - self.key) / n;
+        self.value += (value as f64 - self.value) / n;
+    }
+
+    /// The estimated memory of one cached entry, none before any was seen.
+    fn in_memory(&self) -> Option<f64> {
+        (self.seen > 0)
+            .then_some(SLOT_BYTES + 2.0 * self.key + DECODED_PER_ENCODED_BYTE * self.value)
+    }
+}
+
 struct Overlay<V> {
     name: String,
     slots: BTreeMap<Box<[u8]>, Slot<V>>,
@@ -207,10 +274,17 @@ struct Overlay<V> {
     /// Whether committed entries stay as a read cache (see
     /// [`StateSet::declare_uncached`]).
     cached: bool,
+    /// The size of its entries, for the byte budget.
+    size: EntrySize,
 }
 
 trait ErasedOverlay: Send {
     fn changelog(&self, store: usize, out: &mut Vec<ChangelogEntry>) -> Result<(), StateError>;
+    /// The entries it may keep cached within `bytes`, if it knows their
+    /// size.
+    fn entries_within(&self, bytes: usize) -> Option<usize>;
+    fn observe(&mut self, key: usize, value: usize);
+    fn cached(&self) -> bool;
     fn committed(&mut self, cache_entries: usize);
     fn forget(&mut self, key: &[u8]);
     fn abort(&mut self);
@@ -357,6 +431,20 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
         Ok(())
     }
 
+    fn entries_within(&self, bytes: usize) -> Option<usize> {
+        self.size
+            .in_memory()
+            .map(|entry| (bytes as f64 / entry) as usize)
+    }
+
+    fn observe(&mut self, key: usize, value: usize) {
+        self.size.observe(key, value);
+    }
+
+    fn cached(&self) -> bool {
+        self.cached
+    }
+
     fn committed(&mut self, cache_entries: usize) {
         if !self.cached {
             // Everything here was just written to the backend.
@@ -429,6 +517,17 @@ pub struct StateSet {
     overlays: Vec<Option<Box<dyn ErasedOverlay>>>,
     /// Committed entries kept in memory per store between commits.
     cache_entries: usize,
+    /// The instance's byte budget of the caches, and how many stores this
+    /// set counted in it.
+    budget: Option<(Arc<CacheBudget>, usize)>,
+}
+
+impl Drop for StateSet {
+    fn drop(&mut self) {
+        if let Some((budget, stores)) = &self.budget {
+            budget.stores.fetch_sub(*stores, Ordering::Relaxed);
+        }
+    }
 }
 
 impl StateSet {
@@ -444,7 +543,25 @@ impl StateSet {
             names,
             overlays,
             cache_entries: Self::CACHE_ENTRIES,
+            budget: None,
         }
+    }
+
+    /// Counts this set's cached stores in `budget` (until it is dropped)
+    /// and keeps each within its share. Called once every store is
+    /// declared.
+    pub(crate) fn share_cache(&mut self, budget: Arc<CacheBudget>) {
+        if let Some((previous, stores)) = self.budget.take() {
+            previous.stores.fetch_sub(stores, Ordering::Relaxed);
+        }
+        let stores = self
+            .overlays
+            .iter()
+            .flatten()
+            .filter(|o| o.cached())
+            .count();
+        budget.stores.fetch_add(stores, Ordering::Relaxed);
+        self.budget = Some((budget, stores));
     }
 
     /// Keeps at most `entries` committed entries of each store in memory.
@@ -491,6 +608,7 @@ impl StateSet {
             dirty: 0,
             evict_from: Box::default(),
             cached,
+            size: EntrySize::default(),
         }));
         Ok(StoreHandle {
             index,
@@ -546,8 +664,19 @@ impl StateSet {
             })
             .collect();
         self.backend.apply(&writes, meta)?;
+        if self.budget.is_some() {
+            for write in &writes {
+                if let (Some(Some(overlay)), Some(value)) =
+                    (self.overlays.get_mut(write.store), &write.value)
+                {
+                    overlay.observe(write.key.len(), value.len());
+                }
+            }
+        }
+        let share = self.budget.as_ref().map(|(budget, _)| budget.share());
         for overlay in self.overlays.iter_mut().flatten() {
-            overlay.committed(self.cache_entries);
+            let within = share.and_then(|bytes| overlay.entries_within(bytes));
+            overlay.committed(within.map_or(self.cache_entries, |n| n.min(self.cache_entries)));
         }
         Ok(())
     }
@@ -610,6 +739,7 @@ impl<V: StateValue> StoreView<'_, V> {
         match self.backend.get(self.store, key)? {
             Some(bytes) => {
                 let value = self.decode(&bytes)?;
+                self.overlay.size.observe(key.len(), bytes.len());
                 self.overlay.slots.insert(key.into(), Slot::Clean(value));
                 Ok(true)
             }
@@ -1025,6 +1155,71 @@ mod tests {
             Some(&1),
             "read from the backend"
         );
+    }
+
+    /// Commits `n` keys `<prefix>0`, `<prefix>1`, ... of 4-byte values.
+    fn commit_keys(state: &mut StateSet, h: StoreHandle<u64>, prefix: &str, n: u64) {
+        for i in 0..n {
+            state
+                .view(h)
+                .put(format!("{prefix}{i:04}").as_bytes(), 1000 + i);
+        }
+        let entries = state.changelog().unwrap();
+        state.committed(entries, &[]).unwrap();
+    }
+
+    #[test]
+    fn the_record_cache_budget_is_shared_by_every_cached_store_of_the_instance() {
+        // A key of 5 bytes and a value of 4: an entry is taken to cost
+        // 96 + 2 * 5 + 4 * 4 = 122 bytes.
+        let entry = SLOT_BYTES + 2.0 * 5.0 + DECODED_PER_ENCODED_BYTE * 4.0;
+        let budget = CacheBudget::new((100.0 * entry) as usize);
+        let (mut a, ha) = state();
+        a.share_cache(Arc::clone(&budget));
+        commit_keys(&mut a, ha, "a", 300);
+        assert_eq!(
+            overlay(&mut a).slots.len(),
+            100,
+            "alone, one store has it all"
+        );
+
+        // A second task's store, and an uncached one that does not count.
+        let mut b = StateSet::new(
+            Box::new(MemoryBackend::new(2)),
+            vec!["counts".into(), "log".into()],
+        );
+        let hb = b.declare::<u64>("counts").unwrap();
+        b.declare_uncached::<u64>("log").unwrap();
+        b.share_cache(Arc::clone(&budget));
+        assert_eq!(budget.stores.load(Ordering::Relaxed), 2);
+        commit_keys(&mut b, hb, "b", 300);
+        commit_keys(&mut a, ha, "c", 1);
+        assert_eq!(overlay(&mut a).slots.len(), 50, "half each");
+        assert_eq!(overlay(&mut b).slots.len(), 50);
+        // What was evicted is still there, from the backend.
+        assert_eq!(a.view(ha).get(b"a0000").unwrap(), Some(&1000));
+
+        drop(b);
+        assert_eq!(budget.stores.load(Ordering::Relaxed), 1);
+        commit_keys(&mut a, ha, "d", 100);
+        assert_eq!(overlay(&mut a).slots.len(), 100, "the share grows back");
+
+        // The per-store count still bounds each store, budget or not.
+        let mut c = StateSet::new(Box::new(MemoryBackend::new(1)), vec!["counts".into()])
+            .with_cache_entries(10);
+        let hc = c.declare::<u64>("counts").unwrap();
+        c.share_cache(CacheBudget::new(usize::MAX));
+        commit_keys(&mut c, hc, "e", 30);
+        assert_eq!(overlay(&mut c).slots.len(), 10);
+    }
+
+    #[test]
+    fn a_record_cache_of_zero_caches_nothing_and_loses_nothing() {
+        let (mut state, h) = state();
+        state.share_cache(CacheBudget::new(0));
+        commit_keys(&mut state, h, "k", 10);
+        assert!(overlay(&mut state).slots.is_empty());
+        assert_eq!(state.view(h).get(b"k0009").unwrap(), Some(&1009));
     }
 
     fn overlay(state: &mut StateSet) -> &mut Overlay<u64> {

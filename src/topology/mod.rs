@@ -812,13 +812,15 @@ sinks:
         assert_eq!(default.write_buffers.0, 128 << 20);
         assert_eq!(default.max_open_files, 1000);
         assert_eq!(default.cache_entries, 100_000);
+        assert_eq!(default.record_cache.0, 64 << 20);
 
         let with = |section: &str| MINIMAL.replace("nodes:", &format!("state:\n{section}nodes:"));
         let state = load(&with(
-            "  block_cache: 1GiB\n  write_buffers: 500MB\n  max_open_files: 64\n  cache_entries: 10\n",
+            "  block_cache: 1GiB\n  write_buffers: 500MB\n  max_open_files: 64\n  cache_entries: 10\n  record_cache: 0\n",
         ))
         .unwrap()
         .state;
+        assert_eq!(state.record_cache.0, 0, "no record cache at all");
         assert_eq!(state.block_cache.0, 1 << 30);
         assert_eq!(state.write_buffers.0, 500_000_000);
         assert_eq!(state.max_open_files, 64);

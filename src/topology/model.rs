@@ -280,8 +280,9 @@ impl ProcessingConfig {
 /// use. RocksDB's block cache and write buffers are shared by every store
 /// of every task of the instance (the bounded-memory setup Kafka Streams
 /// documents for its `RocksDBConfigSetter`), so they do not grow with the
-/// number of partitions or keys; the decoded-entry cache is per store of
-/// each task.
+/// number of partitions or keys; so is the record cache of decoded
+/// entries (`record_cache`), shared evenly by every cached store of every
+/// task.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub struct StateConfig {
@@ -296,11 +297,21 @@ pub struct StateConfig {
     /// Files each task's database keeps open (RocksDB `max_open_files`).
     #[serde(default = "default_max_open_files")]
     pub(crate) max_open_files: u32,
-    /// Committed entries each store of a task keeps decoded in memory
-    /// between commits (a read cache over RocksDB; pending writes are kept
-    /// whatever the bound).
+    /// The record cache: committed entries kept decoded in memory between
+    /// commits, a read cache over RocksDB, for every store of every task
+    /// together (each cached store gets an equal share; an entry is
+    /// counted at an estimate of its decoded size). Pending writes are
+    /// kept whatever the bound. `0` caches nothing.
+    #[serde(default = "default_record_cache")]
+    pub(crate) record_cache: HumanBytes,
+    /// At most this many committed entries cached per store of a task,
+    /// whatever their size.
     #[serde(default = "default_cache_entries")]
     pub(crate) cache_entries: usize,
+}
+
+fn default_record_cache() -> HumanBytes {
+    HumanBytes::mib(64)
 }
 
 fn default_block_cache() -> HumanBytes {
@@ -325,6 +336,7 @@ impl Default for StateConfig {
             block_cache: default_block_cache(),
             write_buffers: default_write_buffers(),
             max_open_files: default_max_open_files(),
+            record_cache: default_record_cache(),
             cache_entries: default_cache_entries(),
         }
     }
