@@ -6,6 +6,7 @@
 //!                             [--threads T[,T…]] [--instances I[,I…]]
 //!                             [--peer quix] [--peer-limit L]
 //!                             [--workload social-metrics|question-feed|distributed-counter]
+//!                             [--guarantees exactly_once[,at_least_once]]
 //! ```
 //!
 //! `--workload` picks the topology and its events (`streamfold-loadgen
@@ -90,6 +91,8 @@ struct Options {
     instances: Vec<usize>,
     /// Extra arguments of every `streamfold run` (`--run-args`).
     run_args: Vec<String>,
+    /// Processing guarantees to measure (`--guarantees`).
+    guarantees: Vec<String>,
 }
 
 fn options() -> Options {
@@ -109,6 +112,7 @@ fn options() -> Options {
             threads: vec![None],
             instances: vec![1],
             run_args: Vec::new(),
+            guarantees: vec!["exactly_once".into(), "at_least_once".into()],
         }
     } else {
         Options {
@@ -125,6 +129,7 @@ fn options() -> Options {
             // The smoke run goes through the several-instances path.
             instances: vec![2],
             run_args: Vec::new(),
+            guarantees: vec!["exactly_once".into(), "at_least_once".into()],
         }
     };
     let mut i = 1;
@@ -150,6 +155,15 @@ fn options() -> Options {
             }
             // Extra `streamfold run` arguments, e.g. `-X key=value`
             // overrides for an experiment: `--run-args "-X a=b -X c=d"`.
+            "--guarantees" => {
+                o.guarantees = value.split(',').map(String::from).collect();
+                for g in &o.guarantees {
+                    assert!(
+                        g == "exactly_once" || g == "at_least_once",
+                        "--guarantees exactly_once,at_least_once"
+                    );
+                }
+            }
             "--run-args" => {
                 o.run_args = value.split_whitespace().map(String::from).collect();
             }
@@ -523,7 +537,7 @@ fn main() {
     }
 
     let mut results = Vec::new();
-    for guarantee in ["exactly_once", "at_least_once"] {
+    for guarantee in &o.guarantees {
         let runs = o
             .threads
             .iter()
