@@ -153,8 +153,6 @@ fn options() -> Options {
                     .map(|t| t.parse().expect("--instances I[,I…]"))
                     .collect();
             }
-            // Extra `streamfold run` arguments, e.g. `-X key=value`
-            // overrides for an experiment: `--run-args "-X a=b -X c=d"`.
             "--guarantees" => {
                 o.guarantees = value.split(',').map(String::from).collect();
                 for g in &o.guarantees {
@@ -164,6 +162,8 @@ fn options() -> Options {
                     );
                 }
             }
+            // Extra `streamfold run` arguments, e.g. `-X key=value`
+            // overrides for an experiment: `--run-args "-X a=b -X c=d"`.
             "--run-args" => {
                 o.run_args = value.split_whitespace().map(String::from).collect();
             }

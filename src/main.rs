@@ -151,7 +151,7 @@ enum DlqCommand {
 /// glibc's malloc, which RocksDB and librdkafka use (streamfold's own
 /// allocations go to mimalloc), gives each thread that meets contention an
 /// arena of its own, up to 8 per core, and memory freed in one stays there.
-/// With RocksDB's and librdkafka's threads that kept 55–85 MiB more resident
+/// With RocksDB's and librdkafka's threads that kept 28–85 MiB more resident
 /// at 10M keys than two arenas do, at the same speed (BENCHMARKS.md,
 /// "Memory with 10M keys"). `MALLOC_ARENA_MAX`, when set, still decides.
 fn bound_malloc_arenas() {

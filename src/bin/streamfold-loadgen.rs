@@ -215,17 +215,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if article && workload != Workload::SocialMetrics {
                 bail!("--article is social-metrics' example");
             }
-            produce(
-                &base,
-                &topic,
-                partitions,
+            let events = Generated {
                 workload,
                 article,
                 events,
-                accounts.max(1),
-                run.max(1),
-                json,
-            )
+                keys: accounts.max(1),
+                run: run.max(1),
+            };
+            produce(&base, &topic, partitions, &events, json)
         }
         Command::Read {
             topic,
@@ -258,18 +255,32 @@ fn ensure_topic(base: &ClientConfig, topic: &str, partitions: i32) -> anyhow::Re
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What `produce` sends.
+struct Generated {
+    workload: Workload,
+    /// The article's events first (social-metrics).
+    article: bool,
+    events: u64,
+    /// Accounts, questions and answers, or counters.
+    keys: u64,
+    /// Events per account in a row (social-metrics).
+    run: u64,
+}
+
 fn produce(
     base: &ClientConfig,
     topic: &str,
     partitions: i32,
-    workload: Workload,
-    article: bool,
-    events: u64,
-    accounts: u64,
-    run: u64,
+    generated: &Generated,
     json: bool,
 ) -> anyhow::Result<()> {
+    let &Generated {
+        workload,
+        article,
+        events,
+        keys: accounts,
+        run,
+    } = generated;
     ensure_topic(base, topic, partitions)?;
     let producer: BaseProducer = with_defaults(
         base,

@@ -280,7 +280,7 @@ impl ProcessingConfig {
 /// use. RocksDB's block cache and write buffers are shared by every store
 /// of every task of the instance (the bounded-memory setup Kafka Streams
 /// documents for its `RocksDBConfigSetter`), so they do not grow with the
-/// number of partitions or keys; so is the record cache of decoded
+/// number of partitions or keys; nor does the record cache of decoded
 /// entries (`record_cache`), shared evenly by every cached store of every
 /// task.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
