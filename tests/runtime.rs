@@ -11,7 +11,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -401,6 +401,36 @@ fn a_second_instance_joining_and_the_first_leaving_mid_stream_changes_nothing() 
     second.stop();
 }
 
+/// Folds the first half of `accounts`' events with `config`, stops the
+/// process, runs `between`, folds the second half with a new process and
+/// checks every account's folds are exact; returns that process, running.
+fn fold_in_two_runs(
+    names: &Names,
+    accounts: u64,
+    config: &AppConfig,
+    dir: &Path,
+    between: impl FnOnce(),
+) -> App {
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..total / 2, accounts);
+    let first = App::start(config, dir);
+    first.wait_metric(
+        "streamfold_fold_eligible_events_total",
+        Duration::from_secs(120),
+        |n| n >= (total / 2) as f64,
+    );
+    first.stop();
+    between();
+
+    let second = App::start(config, dir);
+    produce_range(&producer, &names.source, total / 2..total, accounts);
+    let outputs = read_folded(names, accounts);
+    assert_exact(&outputs, accounts);
+    second
+}
+
 /// A record cache far too small for the open folds (a few entries per
 /// store): every commit evicts, so most reads go to RocksDB; the folds stay
 /// exact, across a restart too.
@@ -408,30 +438,12 @@ fn a_second_instance_joining_and_the_first_leaving_mid_stream_changes_nothing() 
 fn a_record_cache_smaller_than_the_open_folds_loses_nothing() {
     let _serial = serial();
     let names = Names::new("tiny-cache");
-    let accounts = 300;
-    let total = accounts * PER_ACCOUNT;
-    create_topic(&names.source, 4);
-    let producer = TestProducer::new();
-    produce_range(&producer, &names.source, 0..total / 2, accounts);
     let dir = temp_dir();
     let mut config = names.app("a", dir.path().join("state"), true);
     config
         .env
         .push(("STREAMFOLD_RECORD_CACHE".into(), "4KiB".into()));
-
-    let first = App::start(&config, dir.path());
-    first.wait_metric(
-        "streamfold_fold_eligible_events_total",
-        Duration::from_secs(120),
-        |n| n >= (total / 2) as f64,
-    );
-    first.stop();
-
-    let second = App::start(&config, dir.path());
-    produce_range(&producer, &names.source, total / 2..total, accounts);
-    let outputs = read_folded(&names, accounts);
-    assert_exact(&outputs, accounts);
-    second.stop();
+    fold_in_two_runs(&names, 300, &config, dir.path(), || {}).stop();
 }
 
 #[test]
@@ -439,27 +451,12 @@ fn a_deleted_state_directory_is_rebuilt_from_the_changelogs() {
     let _serial = serial();
     let names = Names::new("wipe");
     let accounts = 300;
-    let total = accounts * PER_ACCOUNT;
-    create_topic(&names.source, 4);
-    let producer = TestProducer::new();
-    produce_range(&producer, &names.source, 0..total / 2, accounts);
     let dir = temp_dir();
     let state = dir.path().join("state");
     let config = names.app("a", state.clone(), true);
-
-    let first = App::start(&config, dir.path());
-    first.wait_metric(
-        "streamfold_fold_eligible_events_total",
-        Duration::from_secs(120),
-        |n| n >= (total / 2) as f64,
-    );
-    first.stop();
-    std::fs::remove_dir_all(&state).unwrap();
-
-    let second = App::start(&config, dir.path());
-    produce_range(&producer, &names.source, total / 2..total, accounts);
-    let outputs = read_folded(&names, accounts);
-    assert_exact(&outputs, accounts);
+    let second = fold_in_two_runs(&names, accounts, &config, dir.path(), || {
+        std::fs::remove_dir_all(&state).unwrap();
+    });
     // Every open fold came back from the changelog.
     assert!(second.metric("streamfold_restore_records_restored_total") >= accounts as f64);
     second.stop();
