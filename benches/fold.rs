@@ -18,6 +18,11 @@ use streamfold::task::{Routing, Task};
 use streamfold::testkit::article::METRICS;
 use streamfold::topology::{self, Topology};
 
+/// The allocator the `streamfold` binary runs with, so the fold is
+/// measured as users run it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const TOPOLOGY: &str = "
 name: bench
 kafka: { bootstrap_servers: 'unused:9092' }

@@ -17,6 +17,11 @@ use streamfold::state::timers::Clock;
 use streamfold::task::{Routing, Task};
 use streamfold::topology::{self, Topology};
 
+/// The allocator the `streamfold` binary runs with, so the operators are
+/// measured as users run them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const RECORDS: usize = 100_000;
 const KEYS: usize = 1_000;
 const COMMIT_EVERY: usize = 5_000;

@@ -27,10 +27,15 @@
 //! input record and every repartitioned record (by committed offsets, not by
 //! a quiet period) and the outputs that timers produce are all there (every
 //! event in a committed folded event, every counter at its value), and judges
-//! the outputs against an expectation computed from the input alone. Finally
-//! every instance stops, every state directory is wiped, and a tail of
-//! input meets state restored from scratch; the whole output is judged
-//! again.
+//! the outputs against an expectation computed from the input alone. Then
+//! membership changes are made one at a time (`CHAOS_SETTLE_ROUNDS` rounds
+//! of a graceful restart, a kill -9 and restart, scale-out and scale-in),
+//! each timed from the change until the group settles (every task running
+//! once, on instances that each run one, read from their logs); with
+//! static membership a restarted instance must get its own tasks back
+//! while no other instance closes one. Finally every instance stops, every
+//! state directory is wiped, and a tail of input meets state restored from
+//! scratch; the whole output is judged again.
 //!
 //! **Which records may be extra** is known, not guessed: every process
 //! keeps a transaction journal (`--txn-journal`) and stamps its records
@@ -74,6 +79,8 @@ const MIN_INSTANCES: usize = 2;
 const MAX_INSTANCES: usize = 5;
 /// How long the end of a run may take to commit everything.
 const SETTLE: Duration = Duration::from_secs(300);
+/// How long the group may take to settle after one membership change.
+const SETTLE_CHANGE: Duration = Duration::from_secs(120);
 /// How long outputs that timers produce may take once every input record
 /// is committed (folds close within `max_wait`, rollups within seconds).
 const COMPLETE: Duration = Duration::from_secs(120);
@@ -86,6 +93,9 @@ struct Settings {
     faults: usize,
     instances: usize,
     static_membership: bool,
+    /// Rounds of membership changes made one at a time after the chaos,
+    /// each timed until the group settles (see [`Cluster::measure_settling`]).
+    settle_rounds: usize,
 }
 
 impl Settings {
@@ -109,6 +119,7 @@ impl Settings {
             faults: var("CHAOS_FAULTS").unwrap_or(faults),
             instances: var("CHAOS_INSTANCES").unwrap_or(3),
             static_membership: var("CHAOS_STATIC").unwrap_or(static_membership),
+            settle_rounds: var("CHAOS_SETTLE_ROUNDS").unwrap_or(1),
         };
         assert!(settings.instances >= MIN_INSTANCES && settings.instances <= MAX_INSTANCES);
         eprintln!(
@@ -277,14 +288,7 @@ impl Cluster {
         match *fault {
             Fault::Kill { wipe, down } => {
                 let id = self.pick(rng);
-                let member = self.members.remove(&id).unwrap();
-                member.app.kill();
-                if wipe {
-                    std::fs::remove_dir_all(&member.state).ok();
-                }
-                std::thread::sleep(down);
-                let restarted = self.spawn(&id, member.state);
-                self.members.insert(id.clone(), restarted);
+                self.kill(&id, wipe, down);
                 format!(
                     "kill -9 {id}, down {down:?}{}",
                     if wipe { ", state wiped" } else { "" }
@@ -300,10 +304,7 @@ impl Cluster {
             }
             Fault::Restart => {
                 let id = self.pick(rng);
-                let member = self.members.remove(&id).unwrap();
-                member.app.stop();
-                let restarted = self.spawn(&id, member.state);
-                self.members.insert(id.clone(), restarted);
+                self.restart(&id);
                 format!("graceful restart of {id}")
             }
             Fault::ScaleOut if self.members.len() < MAX_INSTANCES => {
@@ -325,6 +326,27 @@ impl Cluster {
                 )
             }
         }
+    }
+
+    /// kill -9 of instance `id`, started again (same id and state
+    /// directory, wiped if `wipe`) after `down`.
+    fn kill(&mut self, id: &str, wipe: bool, down: Duration) {
+        let member = self.members.remove(id).unwrap();
+        member.app.kill();
+        if wipe {
+            std::fs::remove_dir_all(&member.state).ok();
+        }
+        std::thread::sleep(down);
+        let restarted = self.spawn(id, member.state);
+        self.members.insert(id.to_string(), restarted);
+    }
+
+    /// SIGTERM to instance `id`, then started again at once.
+    fn restart(&mut self, id: &str) {
+        let member = self.members.remove(id).unwrap();
+        member.app.stop();
+        let restarted = self.spawn(id, member.state);
+        self.members.insert(id.to_string(), restarted);
     }
 
     /// Every instance stops; their state directories are wiped; `instances`
@@ -424,6 +446,150 @@ impl Cluster {
             }
         }
         out.sort_by(f64::total_cmp);
+        out
+    }
+}
+
+/// What one process's log says of its tasks.
+#[derive(Clone, Debug, Default)]
+struct TaskLog {
+    /// Started (`Task running.`) and not closed since.
+    running: BTreeSet<i32>,
+    /// `Task closed.` lines so far: revocations, and the shutdown's.
+    closed: usize,
+}
+
+impl TaskLog {
+    fn read(log: &std::path::Path) -> TaskLog {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let mut tasks = TaskLog::default();
+        for line in text.lines() {
+            let task = || -> Option<i32> {
+                let rest = line.split(" task=").nth(1)?;
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            };
+            if line.contains("Task running.") {
+                tasks.running.extend(task());
+            } else if line.contains("Task closed.") {
+                if let Some(task) = task() {
+                    tasks.running.remove(&task);
+                }
+                tasks.closed += 1;
+            }
+        }
+        tasks
+    }
+}
+
+/// A membership change [`Cluster::measure_settling`] makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Change {
+    GracefulRestart,
+    KillAndRestart,
+    ScaleOut,
+    ScaleIn,
+}
+
+impl Cluster {
+    /// Each running instance's tasks, from its log.
+    fn tasks(&self) -> BTreeMap<String, TaskLog> {
+        self.members
+            .iter()
+            .map(|(id, member)| (id.clone(), TaskLog::read(&member.app.log)))
+            .collect()
+    }
+
+    /// Whether the group has settled: every running instance runs a task,
+    /// and together they run each task exactly once.
+    fn settled(&self) -> bool {
+        let mut seen = BTreeSet::new();
+        self.tasks().values().all(|tasks| {
+            !tasks.running.is_empty() && tasks.running.iter().all(|task| seen.insert(*task))
+        }) && seen.len() == PARTITIONS as usize
+    }
+
+    /// Waits until the group has settled; how long that took.
+    fn wait_settled(&self, after: &str) -> Duration {
+        let start = Instant::now();
+        while !self.settled() {
+            assert!(
+                start.elapsed() < SETTLE_CHANGE,
+                "the group did not settle within {SETTLE_CHANGE:?} after {after}: {:?}\n{}",
+                self.tasks(),
+                self.logs_tail()
+            );
+            self.assert_running();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        start.elapsed()
+    }
+
+    /// Membership changes made one at a time, each once the group has
+    /// settled from the one before: a graceful restart, a kill -9 and
+    /// restart at once, scale-out, scale-in. Returns how long the group
+    /// took to settle after each (from the change to every task running
+    /// once, on instances that all run one; a kill includes the expulsion
+    /// of the dead member after `session.timeout.ms` when membership is not
+    /// static).
+    ///
+    /// With static membership, an instance restarted within the session
+    /// timeout must get its own tasks back while every other instance keeps
+    /// its own: no task closed anywhere else (issue 9, part 5).
+    fn measure_settling(&mut self, rng: &mut StdRng, rounds: usize) -> Vec<(Change, Duration)> {
+        let mut out = Vec::new();
+        for _ in 0..rounds {
+            for change in [
+                Change::GracefulRestart,
+                Change::KillAndRestart,
+                Change::ScaleOut,
+                Change::ScaleIn,
+            ] {
+                self.wait_settled("the previous change");
+                let before = self.tasks();
+                let start = Instant::now();
+                let id = match change {
+                    Change::GracefulRestart => {
+                        let id = self.pick(rng);
+                        self.restart(&id);
+                        id
+                    }
+                    Change::KillAndRestart => {
+                        let id = self.pick(rng);
+                        self.kill(&id, false, Duration::ZERO);
+                        id
+                    }
+                    Change::ScaleOut if self.members.len() < MAX_INSTANCES => self.scale_out(),
+                    Change::ScaleIn if self.members.len() > MIN_INSTANCES => {
+                        let id = self.pick(rng);
+                        self.members.remove(&id).unwrap().app.stop();
+                        id
+                    }
+                    Change::ScaleOut | Change::ScaleIn => continue,
+                };
+                let what = format!("{change:?} of {id}");
+                self.wait_settled(&what);
+                let took = start.elapsed();
+                eprintln!("  {what}: settled in {:.1} s", took.as_secs_f64());
+                out.push((change, took));
+                let restarted = matches!(change, Change::GracefulRestart | Change::KillAndRestart);
+                if self.static_membership && restarted {
+                    let after = self.tasks();
+                    assert_eq!(
+                        after[&id].running, before[&id].running,
+                        "static member {id} did not get its own tasks back after {what}"
+                    );
+                    for (other, tasks) in before.iter().filter(|(other, _)| **other != id) {
+                        assert_eq!(
+                            after[other].closed, tasks.closed,
+                            "{other} closed a task when static member {id} restarted ({what})"
+                        );
+                    }
+                }
+            }
+        }
         out
     }
 }
@@ -967,6 +1133,32 @@ impl Scenario {
                 startup[startup.len() / 2],
                 startup[startup.len() - 1]
             );
+        }
+        let settling = cluster.measure_settling(rng, settings.settle_rounds);
+        for change in [
+            Change::GracefulRestart,
+            Change::KillAndRestart,
+            Change::ScaleOut,
+            Change::ScaleIn,
+        ] {
+            let mut seconds: Vec<f64> = settling
+                .iter()
+                .filter(|(c, _)| *c == change)
+                .map(|(_, took)| took.as_secs_f64())
+                .collect();
+            seconds.sort_by(f64::total_cmp);
+            if let (Some(median), Some(max)) = (seconds.get(seconds.len() / 2), seconds.last()) {
+                eprintln!(
+                    "{}: rebalance settle after {change:?} (static membership {}), {} times: median {median:.1} s, max {max:.1} s",
+                    self.test,
+                    if settings.static_membership {
+                        "on"
+                    } else {
+                        "off"
+                    },
+                    seconds.len()
+                );
+            }
         }
         cluster.restart_from_scratch(settings.instances.min(2));
         let feed = feed_during(tail.clone(), Duration::from_secs(1))
