@@ -401,14 +401,15 @@ fn a_second_instance_joining_and_the_first_leaving_mid_stream_changes_nothing() 
     second.stop();
 }
 
-/// Folds the first half of `accounts`' events with `config`, stops the
-/// process, runs `between`, folds the second half with a new process and
+/// Folds the first half of `accounts`' events with `config`, runs
+/// `while_first_runs` on that process, stops it, runs `between`, folds the second half with a new process and
 /// checks every account's folds are exact; returns that process, running.
 fn fold_in_two_runs(
     names: &Names,
     accounts: u64,
     config: &AppConfig,
     dir: &Path,
+    while_first_runs: impl FnOnce(&App),
     between: impl FnOnce(),
 ) -> App {
     let total = accounts * PER_ACCOUNT;
@@ -421,6 +422,7 @@ fn fold_in_two_runs(
         Duration::from_secs(120),
         |n| n >= (total / 2) as f64,
     );
+    while_first_runs(&first);
     first.stop();
     between();
 
@@ -433,17 +435,26 @@ fn fold_in_two_runs(
 
 /// A record cache far too small for the open folds (a few entries per
 /// store): every commit evicts, so most reads go to RocksDB; the folds stay
-/// exact, across a restart too.
+/// exact, across a restart too. The gauge of the cache shows it in use and
+/// within its budget.
 #[test]
 fn a_record_cache_smaller_than_the_open_folds_loses_nothing() {
+    const BUDGET: f64 = 16.0 * 1024.0;
     let _serial = serial();
     let names = Names::new("tiny-cache");
     let dir = temp_dir();
     let mut config = names.app("a", dir.path().join("state"), true);
     config
         .env
-        .push(("STREAMFOLD_RECORD_CACHE".into(), "4KiB".into()));
-    fold_in_two_runs(&names, 300, &config, dir.path(), || {}).stop();
+        .push(("STREAMFOLD_RECORD_CACHE".into(), "16KiB".into()));
+    let check_gauge = |app: &App| {
+        app.wait_metric_present(
+            "streamfold_state_record_cache_bytes",
+            Duration::from_secs(30),
+            |bytes| bytes > 0.0 && bytes <= BUDGET,
+        );
+    };
+    fold_in_two_runs(&names, 300, &config, dir.path(), check_gauge, || {}).stop();
 }
 
 #[test]
@@ -454,9 +465,16 @@ fn a_deleted_state_directory_is_rebuilt_from_the_changelogs() {
     let dir = temp_dir();
     let state = dir.path().join("state");
     let config = names.app("a", state.clone(), true);
-    let second = fold_in_two_runs(&names, accounts, &config, dir.path(), || {
-        std::fs::remove_dir_all(&state).unwrap();
-    });
+    let second = fold_in_two_runs(
+        &names,
+        accounts,
+        &config,
+        dir.path(),
+        |_| {},
+        || {
+            std::fs::remove_dir_all(&state).unwrap();
+        },
+    );
     // Every open fold came back from the changelog.
     assert!(second.metric("streamfold_restore_records_restored_total") >= accounts as f64);
     second.stop();

@@ -1158,8 +1158,10 @@ impl Engine {
             let app = self.topology.name.clone();
             metrics::gauge!(telemetry::STATE_BLOCK_CACHE, "topology" => app.clone())
                 .set(self.rocks.block_cache_usage() as f64);
-            metrics::gauge!(telemetry::STATE_WRITE_BUFFERS, "topology" => app)
+            metrics::gauge!(telemetry::STATE_WRITE_BUFFERS, "topology" => app.clone())
                 .set(self.rocks.write_buffer_usage() as f64);
+            metrics::gauge!(telemetry::STATE_RECORD_CACHE, "topology" => app)
+                .set(self.record_cache.used() as f64);
         }
         Ok(())
     }

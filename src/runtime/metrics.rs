@@ -134,6 +134,7 @@ pub fn register_topology(topology: &Topology) {
     ::metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => app.to_string()).set(0.0);
     ::metrics::gauge!(telemetry::STATE_BLOCK_CACHE, "topology" => app.to_string()).set(0.0);
     ::metrics::gauge!(telemetry::STATE_WRITE_BUFFERS, "topology" => app.to_string()).set(0.0);
+    ::metrics::gauge!(telemetry::STATE_RECORD_CACHE, "topology" => app.to_string()).set(0.0);
 }
 
 /// Registers at 0 the per-partition restore counters of every task the

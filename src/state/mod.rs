@@ -208,6 +208,8 @@ pub(crate) struct CacheBudget {
     bytes: usize,
     /// Cached stores of the open tasks.
     stores: AtomicUsize,
+    /// The estimated bytes their caches held after their last commits.
+    used: AtomicUsize,
 }
 
 impl CacheBudget {
@@ -215,7 +217,14 @@ impl CacheBudget {
         Arc::new(CacheBudget {
             bytes,
             stores: AtomicUsize::new(0),
+            used: AtomicUsize::new(0),
         })
+    }
+
+    /// The estimated bytes the caches of every open task held after their
+    /// last commits (`streamfold_state_record_cache_bytes`).
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
     }
 
     /// One store's share.
@@ -283,6 +292,8 @@ trait ErasedOverlay: Send {
     /// The entries it may keep cached within `bytes`, if it knows their
     /// size.
     fn entries_within(&self, bytes: usize) -> Option<usize>;
+    /// The estimated memory of its cached entries.
+    fn cached_bytes(&self) -> usize;
     fn observe(&mut self, key: usize, value: usize);
     fn cached(&self) -> bool;
     fn committed(&mut self, cache_entries: usize);
@@ -437,6 +448,13 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
             .map(|entry| (bytes as f64 / entry) as usize)
     }
 
+    fn cached_bytes(&self) -> usize {
+        match (self.cached, self.size.in_memory()) {
+            (true, Some(entry)) => (self.slots.len() as f64 * entry) as usize,
+            _ => 0,
+        }
+    }
+
     fn observe(&mut self, key: usize, value: usize) {
         self.size.observe(key, value);
     }
@@ -520,13 +538,13 @@ pub struct StateSet {
     /// The instance's byte budget of the caches, and how many stores this
     /// set counted in it.
     budget: Option<(Arc<CacheBudget>, usize)>,
+    /// The bytes this set last counted in the budget's `used`.
+    cached_bytes: usize,
 }
 
 impl Drop for StateSet {
     fn drop(&mut self) {
-        if let Some((budget, stores)) = &self.budget {
-            budget.stores.fetch_sub(*stores, Ordering::Relaxed);
-        }
+        self.leave_budget();
     }
 }
 
@@ -544,6 +562,17 @@ impl StateSet {
             overlays,
             cache_entries: Self::CACHE_ENTRIES,
             budget: None,
+            cached_bytes: 0,
+        }
+    }
+
+    /// Takes this set's stores and cached bytes out of its budget.
+    fn leave_budget(&mut self) {
+        if let Some((budget, stores)) = self.budget.take() {
+            budget.stores.fetch_sub(stores, Ordering::Relaxed);
+            budget
+                .used
+                .fetch_sub(std::mem::take(&mut self.cached_bytes), Ordering::Relaxed);
         }
     }
 
@@ -551,9 +580,7 @@ impl StateSet {
     /// and keeps each within its share. Called once every store is
     /// declared.
     pub(crate) fn share_cache(&mut self, budget: Arc<CacheBudget>) {
-        if let Some((previous, stores)) = self.budget.take() {
-            previous.stores.fetch_sub(stores, Ordering::Relaxed);
-        }
+        self.leave_budget();
         let stores = self
             .overlays
             .iter()
@@ -677,6 +704,20 @@ impl StateSet {
         for overlay in self.overlays.iter_mut().flatten() {
             let within = share.and_then(|bytes| overlay.entries_within(bytes));
             overlay.committed(within.map_or(self.cache_entries, |n| n.min(self.cache_entries)));
+        }
+        if let Some((budget, _)) = &self.budget {
+            let now: usize = self
+                .overlays
+                .iter()
+                .flatten()
+                .map(|o| o.cached_bytes())
+                .sum();
+            let before = std::mem::replace(&mut self.cached_bytes, now);
+            if now >= before {
+                budget.used.fetch_add(now - before, Ordering::Relaxed);
+            } else {
+                budget.used.fetch_sub(before - now, Ordering::Relaxed);
+            }
         }
         Ok(())
     }
@@ -1182,6 +1223,8 @@ mod tests {
             100,
             "alone, one store has it all"
         );
+        let full = (100.0 * entry) as usize;
+        assert_eq!(budget.used(), full, "the estimate of what is cached");
 
         // A second task's store, and an uncached one that does not count.
         let mut b = StateSet::new(
@@ -1196,13 +1239,18 @@ mod tests {
         commit_keys(&mut a, ha, "c", 1);
         assert_eq!(overlay(&mut a).slots.len(), 50, "half each");
         assert_eq!(overlay(&mut b).slots.len(), 50);
+        assert_eq!(budget.used(), 2 * (50.0 * entry) as usize);
         // What was evicted is still there, from the backend.
         assert_eq!(a.view(ha).get(b"a0000").unwrap(), Some(&1000));
 
         drop(b);
         assert_eq!(budget.stores.load(Ordering::Relaxed), 1);
+        assert_eq!(budget.used(), (50.0 * entry) as usize, "b's cache is gone");
         commit_keys(&mut a, ha, "d", 100);
         assert_eq!(overlay(&mut a).slots.len(), 100, "the share grows back");
+        assert_eq!(budget.used(), full);
+        drop(a);
+        assert_eq!(budget.used(), 0);
 
         // The per-store count still bounds each store, budget or not.
         let mut c = StateSet::new(Box::new(MemoryBackend::new(1)), vec!["counts".into()])

@@ -309,5 +309,8 @@ pub(crate) const STATE_BLOCK_CACHE: &str = "streamfold_state_block_cache_bytes";
 /// Bytes of every RocksDB memtable of the instance (kept near
 /// `state.write_buffers` by flushing).
 pub(crate) const STATE_WRITE_BUFFERS: &str = "streamfold_state_write_buffer_bytes";
+/// The estimated bytes of decoded entries in the stores' record caches
+/// after their last commits (bounded by `state.record_cache`).
+pub(crate) const STATE_RECORD_CACHE: &str = "streamfold_state_record_cache_bytes";
 /// Source topics `run` is waiting for at startup (0 once they all exist).
 pub(crate) const MISSING_SOURCE_TOPICS: &str = "streamfold_runtime_missing_source_topics";
