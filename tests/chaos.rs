@@ -312,7 +312,7 @@ impl Cluster {
             }
             Fault::ScaleIn if self.members.len() > MIN_INSTANCES => {
                 let id = self.pick(rng);
-                self.members.remove(&id).unwrap().app.stop();
+                self.scale_in(&id);
                 format!("scale in: {id} stopped for good")
             }
             // At the bounds, scaling turns into the opposite step.
@@ -347,6 +347,11 @@ impl Cluster {
         member.app.stop();
         let restarted = self.spawn(id, member.state);
         self.members.insert(id.to_string(), restarted);
+    }
+
+    /// SIGTERM to instance `id`, stopped for good.
+    fn scale_in(&mut self, id: &str) {
+        self.members.remove(id).unwrap().app.stop();
     }
 
     /// Every instance stops; their state directories are wiped; `instances`
@@ -493,6 +498,16 @@ enum Change {
     ScaleIn,
 }
 
+impl Change {
+    /// One round, in order.
+    const ROUND: [Change; 4] = [
+        Change::GracefulRestart,
+        Change::KillAndRestart,
+        Change::ScaleOut,
+        Change::ScaleIn,
+    ];
+}
+
 impl Cluster {
     /// Each running instance's tasks, from its log.
     fn tasks(&self) -> BTreeMap<String, TaskLog> {
@@ -511,8 +526,8 @@ impl Cluster {
         }) && seen.len() == PARTITIONS as usize
     }
 
-    /// Waits until the group has settled; how long that took.
-    fn wait_settled(&self, after: &str) -> Duration {
+    /// Waits until the group has settled.
+    fn wait_settled(&self, after: &str) {
         let start = Instant::now();
         while !self.settled() {
             assert!(
@@ -524,7 +539,6 @@ impl Cluster {
             self.assert_running();
             std::thread::sleep(Duration::from_millis(100));
         }
-        start.elapsed()
     }
 
     /// Membership changes made one at a time, each once the group has
@@ -541,12 +555,7 @@ impl Cluster {
     fn measure_settling(&mut self, rng: &mut StdRng, rounds: usize) -> Vec<(Change, Duration)> {
         let mut out = Vec::new();
         for _ in 0..rounds {
-            for change in [
-                Change::GracefulRestart,
-                Change::KillAndRestart,
-                Change::ScaleOut,
-                Change::ScaleIn,
-            ] {
+            for change in Change::ROUND {
                 self.wait_settled("the previous change");
                 let before = self.tasks();
                 let start = Instant::now();
@@ -564,7 +573,7 @@ impl Cluster {
                     Change::ScaleOut if self.members.len() < MAX_INSTANCES => self.scale_out(),
                     Change::ScaleIn if self.members.len() > MIN_INSTANCES => {
                         let id = self.pick(rng);
-                        self.members.remove(&id).unwrap().app.stop();
+                        self.scale_in(&id);
                         id
                     }
                     Change::ScaleOut | Change::ScaleIn => continue,
@@ -1135,12 +1144,7 @@ impl Scenario {
             );
         }
         let settling = cluster.measure_settling(rng, settings.settle_rounds);
-        for change in [
-            Change::GracefulRestart,
-            Change::KillAndRestart,
-            Change::ScaleOut,
-            Change::ScaleIn,
-        ] {
+        for change in Change::ROUND {
             let mut seconds: Vec<f64> = settling
                 .iter()
                 .filter(|(c, _)| *c == change)
