@@ -556,14 +556,11 @@ impl Engine {
             .clone()
             .unwrap_or_else(|| topology.processing.state_dir.clone());
         let now = Instant::now();
+        let (rocks, record_cache) = topology.state_resources();
         Engine {
             state_root: state_dir.join(&topology.name),
-            rocks: RocksResources::new(
-                topology.state.block_cache.as_usize(),
-                topology.state.write_buffers.as_usize(),
-                topology.state.max_open_files,
-            ),
-            record_cache: CacheBudget::new(topology.state.record_cache.as_usize()),
+            rocks,
+            record_cache,
             partitions: layout.partitions,
             inputs,
             tasks: BTreeMap::new(),

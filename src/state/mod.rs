@@ -204,7 +204,7 @@ const WALK_RATIO: usize = 16;
 /// between its threads, so the bound holds whatever the number of
 /// partitions, stores or keys.
 #[derive(Debug)]
-pub(crate) struct CacheBudget {
+pub struct CacheBudget {
     bytes: usize,
     /// Cached stores of the open tasks.
     stores: AtomicUsize,
@@ -213,7 +213,7 @@ pub(crate) struct CacheBudget {
 }
 
 impl CacheBudget {
-    pub(crate) fn new(bytes: usize) -> Arc<CacheBudget> {
+    pub fn new(bytes: usize) -> Arc<CacheBudget> {
         Arc::new(CacheBudget {
             bytes,
             stores: AtomicUsize::new(0),
@@ -223,7 +223,7 @@ impl CacheBudget {
 
     /// The estimated bytes the caches of every open task held after their
     /// last commits (`streamfold_state_record_cache_bytes`).
-    pub(crate) fn used(&self) -> usize {
+    pub fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
 
@@ -579,7 +579,7 @@ impl StateSet {
     /// Counts this set's cached stores in `budget` (until it is dropped)
     /// and keeps each within its share. Called once every store is
     /// declared.
-    pub(crate) fn share_cache(&mut self, budget: Arc<CacheBudget>) {
+    pub fn share_cache(&mut self, budget: Arc<CacheBudget>) {
         self.leave_budget();
         let stores = self
             .overlays

@@ -102,6 +102,17 @@ impl RocksResources {
         // index and a data block from each. About 10 bits per key, charged
         // to the block cache like the index. Range scans do not use it.
         table.set_bloom_filter(10.0, false);
+        // Index and filter in partitions of 4 KiB behind a small top-level
+        // index (pinned), as RocksDB advises for bounded memory: a table's
+        // whole filter (about 1.2 MiB per million keys) is larger than a
+        // shard of the block cache (64 MiB in 64 shards), so it did not
+        // stay cached, and point reads loaded and checksummed it from the
+        // file again and again: a dedup store of 3M ids fell from 115k to 6k records/s
+        // (BENCHMARKS.md, "Dedup and projection at 10M keys").
+        table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
+        table.set_partition_filters(true);
+        table.set_metadata_block_size(4096);
+        table.set_pin_top_level_index_and_filter(true);
         options.set_block_based_table_factory(&table);
         options
     }

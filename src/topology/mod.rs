@@ -195,6 +195,33 @@ pub(crate) enum InternalKind {
 }
 
 impl Topology {
+    /// What `run` gives one instance of this topology for its state
+    /// (`state:`): the RocksDB block cache and write buffers every task's
+    /// database shares, and the record cache's byte budget.
+    pub fn state_resources(
+        &self,
+    ) -> (
+        crate::state::rocks::RocksResources,
+        std::sync::Arc<crate::state::CacheBudget>,
+    ) {
+        (
+            crate::state::rocks::RocksResources::new(
+                self.state.block_cache.as_usize(),
+                self.state.write_buffers.as_usize(),
+                self.state.max_open_files,
+            ),
+            crate::state::CacheBudget::new(self.state.record_cache.as_usize()),
+        )
+    }
+
+    /// The bytes `state:` budgets: block cache, write buffers and record
+    /// cache.
+    pub fn state_budget(&self) -> usize {
+        self.state.block_cache.as_usize()
+            + self.state.write_buffers.as_usize()
+            + self.state.record_cache.as_usize()
+    }
+
     /// Every store of a task, in a fixed order: the column families of its
     /// RocksDB and the indexes of its [`StateSet`](crate::state::StateSet).
     pub fn stores(&self) -> impl Iterator<Item = &StoreDef> {
