@@ -24,39 +24,24 @@
 //! memory`) it runs 20,000 records of each workload and checks every
 //! record came out.
 
+#[path = "driver/mod.rs"]
+mod driver;
+
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
-use streamfold::record::{Origin, Record};
 use streamfold::state::rocks::RocksBackend;
-use streamfold::state::timers::Clock;
 use streamfold::task::{Routing, Task};
-use streamfold::topology::{self, Topology};
+use streamfold::topology::Topology;
+
+use driver::{Driver, projection_topology, topology};
 
 /// The allocator the `streamfold` binary runs with.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const COMMIT_EVERY: u64 = 5_000;
-const TICK_EVERY: u64 = 100;
 const MIB: f64 = 1024.0 * 1024.0;
-
-fn topology(nodes: &str, input: &str) -> Arc<Topology> {
-    let text = format!(
-        "
-name: memory
-kafka: {{ bootstrap_servers: 'unused:9092' }}
-sources:
-  events: {{ topic: events }}
-nodes:
-{nodes}
-sinks:
-  out: {{ topic: out, input: {input} }}
-"
-    );
-    Arc::new(topology::load_str("memory.yaml", &text, &|_| None).unwrap())
-}
 
 /// A workload: its topology, and the value of record `i` (keyed `k<i>`:
 /// every record a key of its own).
@@ -79,19 +64,7 @@ fn workloads() -> Vec<Workload> {
         },
         Workload {
             name: "projection",
-            topology: topology(
-                "  projection:
-    type: projection
-    input: events
-    event_id: /event_id
-    event_name: /type
-    order_by: /sequence
-    snapshot_every: 50
-    rules:
-      QuestionCreated: '. + {title: $event.title, answers: 0}'
-",
-                "projection",
-            ),
+            topology: projection_topology(),
             value: |i| json!({"event_id": format!("e{i}"), "type": "QuestionCreated", "sequence": 1, "title": format!("title {i}")}),
         },
     ]
@@ -124,37 +97,10 @@ fn run(workload: &Workload, records: u64, report: bool) -> u64 {
 
     let budget = topology.state_budget() as f64 / MIB;
     let started = Instant::now();
-    let mut outputs = Vec::with_capacity(8 * 1024);
-    let mut emitted = 0;
+    let mut driver = Driver::new();
     for i in 0..records {
         let key = format!("k{i}").into_bytes();
-        let origin = Origin {
-            topic: "events",
-            partition: 0,
-            offset: i as i64,
-            key: Some(&key),
-            payload: None,
-            headers: &[],
-        };
-        let record = Record::new(
-            Some(key.clone().into_boxed_slice()),
-            (workload.value)(i),
-            i as i64,
-        );
-        task.process_source(0, &origin, Ok(record), &mut outputs)
-            .unwrap();
-        if i % TICK_EVERY == TICK_EVERY - 1 {
-            task.set_processing_time(i as i64 + 1);
-            task.fire_timers(Clock::Processing, &mut outputs, usize::MAX)
-                .unwrap();
-        }
-        if i % COMMIT_EVERY == COMMIT_EVERY - 1 || i == records - 1 {
-            emitted += outputs.len() as u64;
-            outputs.clear();
-            let state = task.state();
-            let entries = state.changelog().unwrap();
-            state.committed(entries, &[]).unwrap();
-        }
+        driver.feed(&mut task, key, (workload.value)(i), i as i64);
         if report && (i + 1) % 1_000_000 == 0 {
             let (peak, now) = rss_mib();
             eprintln!(
@@ -166,6 +112,7 @@ fn run(workload: &Workload, records: u64, report: bool) -> u64 {
             );
         }
     }
+    let emitted = driver.finish(&mut task);
     let seconds = started.elapsed().as_secs_f64();
     let (peak, _) = rss_mib();
     println!(

@@ -6,16 +6,19 @@
 //!
 //! `cargo bench --bench operators`
 
+#[path = "driver/mod.rs"]
+mod driver;
+
 use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
-use streamfold::record::{Origin, Record};
 use streamfold::state::memory::MemoryBackend;
-use streamfold::state::timers::Clock;
 use streamfold::task::{Routing, Task};
-use streamfold::topology::{self, Topology};
+
+use driver::{Driver, projection_topology, topology};
+use streamfold::topology::Topology;
 
 /// The allocator the `streamfold` binary runs with, so the operators are
 /// measured as users run them.
@@ -24,30 +27,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const RECORDS: usize = 100_000;
 const KEYS: usize = 1_000;
-const COMMIT_EVERY: usize = 5_000;
-const TICK_EVERY: usize = 100;
-
-fn topology(nodes: &str, input: &str) -> Arc<Topology> {
-    // `check` refuses a source nothing reads: only the rollup reads `reads`.
-    let reads = if nodes.contains("reads") {
-        "\n  reads: { topic: reads }"
-    } else {
-        ""
-    };
-    let text = format!(
-        "
-name: bench
-kafka: {{ bootstrap_servers: 'unused:9092' }}
-sources:
-  events: {{ topic: events }}{reads}
-nodes:
-{nodes}
-sinks:
-  out: {{ topic: out, input: {input} }}
-"
-    );
-    Arc::new(topology::load_str("bench.yaml", &text, &|_| None).unwrap())
-}
 
 fn task(topology: &Arc<Topology>) -> Task {
     let stores = topology.stores().count();
@@ -64,35 +43,12 @@ fn task(topology: &Arc<Topology>) -> Task {
 /// Records as (key, value, timestamp), fed to source 0.
 type Workload = Vec<(Vec<u8>, Value, i64)>;
 
-fn run(task: &mut Task, workload: Workload) -> usize {
-    let mut outputs = Vec::with_capacity(1024);
-    let mut emitted = 0;
-    for (i, (key, value, timestamp)) in workload.into_iter().enumerate() {
-        let origin = Origin {
-            topic: "events",
-            partition: 0,
-            offset: i as i64,
-            key: Some(&key),
-            payload: None,
-            headers: &[],
-        };
-        let record = Record::new(Some(key.clone().into_boxed_slice()), value, timestamp);
-        task.process_source(0, &origin, Ok(record), &mut outputs)
-            .unwrap();
-        if i % TICK_EVERY == TICK_EVERY - 1 {
-            task.set_processing_time(i as i64 + 1);
-            task.fire_timers(Clock::Processing, &mut outputs, usize::MAX)
-                .unwrap();
-        }
-        if i % COMMIT_EVERY == COMMIT_EVERY - 1 {
-            emitted += outputs.len();
-            outputs.clear();
-            let state = task.state();
-            let entries = state.changelog().unwrap();
-            state.committed(entries, &[]).unwrap();
-        }
+fn run(task: &mut Task, workload: Workload) -> u64 {
+    let mut driver = Driver::new();
+    for (key, value, timestamp) in workload {
+        driver.feed(task, key, value, timestamp);
     }
-    emitted + outputs.len()
+    driver.finish(task)
 }
 
 fn key(i: usize) -> Vec<u8> {
@@ -183,24 +139,6 @@ fn stateless_workload() -> Workload {
             )
         })
         .collect()
-}
-
-fn projection_topology() -> Arc<Topology> {
-    topology(
-        "  projection:
-    type: projection
-    input: events
-    event_id: /event_id
-    event_name: /type
-    order_by: /sequence
-    snapshot_every: 50
-    rules:
-      QuestionCreated: '. + {title: $event.title, answers: 0}'
-      QuestionEdited: '.title = $event.title'
-      AnswerAdded: '.answers += 1'
-",
-        "projection",
-    )
 }
 
 fn operators(c: &mut Criterion) {
