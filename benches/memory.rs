@@ -26,6 +26,8 @@
 
 #[path = "driver/mod.rs"]
 mod driver;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -36,6 +38,7 @@ use streamfold::task::{Routing, Task};
 use streamfold::topology::Topology;
 
 use driver::{Driver, projection_topology, topology};
+use support::peak_rss_mib;
 
 /// The allocator the `streamfold` binary runs with.
 #[global_allocator]
@@ -70,19 +73,6 @@ fn workloads() -> Vec<Workload> {
     ]
 }
 
-/// Peak and current resident memory of this process, MiB.
-fn rss_mib() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| -> f64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            .map_or(0.0, |kib| kib / 1024.0)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
-}
-
 /// Runs `records` records of `workload` through one task on RocksDB in a
 /// fresh directory; returns the records emitted.
 fn run(workload: &Workload, records: u64, report: bool) -> u64 {
@@ -102,19 +92,19 @@ fn run(workload: &Workload, records: u64, report: bool) -> u64 {
         let key = format!("k{i}").into_bytes();
         driver.feed(&mut task, key, (workload.value)(i), i as i64);
         if report && (i + 1) % 1_000_000 == 0 {
-            let (peak, now) = rss_mib();
             eprintln!(
-                "  {}: {} records, {:.0} records/s, RSS {now:.0} MiB (peak {peak:.0}), record cache {:.0} MiB",
+                "  {}: {} records, {:.0} records/s, peak RSS {:.0} MiB, record cache {:.0} MiB",
                 workload.name,
                 i + 1,
                 (i + 1) as f64 / started.elapsed().as_secs_f64(),
+                peak_rss_mib(std::process::id()),
                 cache.used() as f64 / MIB,
             );
         }
     }
     let emitted = driver.finish(&mut task);
     let seconds = started.elapsed().as_secs_f64();
-    let (peak, _) = rss_mib();
+    let peak = peak_rss_mib(std::process::id());
     println!(
         "{}: {records} records, {} keys, in {seconds:.1} s ({:.0} records/s); peak RSS {peak:.0} MiB, \
          state budget {budget:.0} MiB (peak - budget = {:.0} MiB)",

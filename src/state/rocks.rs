@@ -107,8 +107,9 @@ impl RocksResources {
         // whole filter (about 1.2 MiB per million keys) is larger than a
         // shard of the block cache (64 MiB in 64 shards), so it did not
         // stay cached, and point reads loaded and checksummed it from the
-        // file again and again: a dedup store of 3M ids fell from 115k to 6k records/s
-        // (BENCHMARKS.md, "Dedup and projection at 10M keys").
+        // file again and again: a dedup store of 3M ids fell from 115k to
+        // 6k records/s (BENCHMARKS.md, "Dedup and projection at 10M
+        // keys").
         table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
         table.set_partition_filters(true);
         table.set_metadata_block_size(4096);
