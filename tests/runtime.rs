@@ -684,8 +684,29 @@ fn bad_records_go_to_the_dead_letter_topic_and_processing_continues() {
 
 #[test]
 fn a_frozen_instance_replaced_by_a_new_one_with_its_id_stops_when_it_wakes_and_loses_nothing() {
+    replaced_while_frozen("zombie", None);
+}
+
+/// The same, frozen inside a transaction for longer than its
+/// `transaction.timeout.ms`: on waking, the producer's fencing error cannot
+/// tell a successor from the coordinator's abort of an overdue
+/// transaction, which streamfold classes as a producer failure (a new
+/// producer, a new membership). The consumer knows better: the group gave
+/// its static membership away. CI found a fenced instance rejoining (there
+/// after an abort that timed out), which fences its successor in turn.
+#[test]
+fn a_frozen_instance_whose_transaction_timed_out_stops_when_it_wakes_and_does_not_rejoin() {
+    replaced_while_frozen("zombiet", Some("batch:freeze@2"));
+}
+
+/// A static member frozen mid-stream (by SIGSTOP once it has folded
+/// something, or by `freeze`, a fault injected into its commit cycle) and
+/// replaced by a process with the same instance id; when it wakes it must
+/// find itself fenced and stop, and nothing may be lost or doubled beyond
+/// its own never-committed transaction.
+fn replaced_while_frozen(name: &str, freeze: Option<&str>) {
     let _serial = serial();
-    let names = Names::new("zombie");
+    let names = Names::new(name);
     let accounts = 300;
     let total = accounts * PER_ACCOUNT;
     create_topic(&names.source, 4);
@@ -700,13 +721,35 @@ fn a_frozen_instance_replaced_by_a_new_one_with_its_id_stops_when_it_wakes_and_l
         .push(("STREAMFOLD_STATIC_MEMBERSHIP".into(), "true".into()));
 
     // The first process freezes mid-stream (a long GC pause, a stalled VM)...
-    let zombie = App::start(&config, dir.path());
-    zombie.wait_metric(
-        "streamfold_fold_eligible_events_total",
-        Duration::from_secs(120),
-        |n| n > 0.0,
-    );
-    zombie.pause();
+    let zombie = match freeze {
+        None => {
+            let zombie = App::start(&config, dir.path());
+            zombie.wait_metric(
+                "streamfold_fold_eligible_events_total",
+                Duration::from_secs(120),
+                |n| n > 0.0,
+            );
+            zombie.pause();
+            zombie
+        }
+        Some(fault) => {
+            // A transaction timeout shorter than the freeze.
+            let topology = std::fs::read_to_string(&config.topology).unwrap().replace(
+                "  commit_interval: 100ms\n",
+                "  commit_interval: 100ms\n  transaction_timeout: 2s\n",
+            );
+            assert!(topology.contains("transaction_timeout: 2s"));
+            let mut frozen = config.clone();
+            frozen.topology = dir.path().join("short-transactions.yaml");
+            std::fs::write(&frozen.topology, topology).unwrap();
+            frozen.args.extend(["--inject-fault".into(), fault.into()]);
+            let zombie = App::start(&frozen, dir.path());
+            zombie.wait_frozen(Duration::from_secs(120));
+            // Frozen past the transaction timeout in any case.
+            std::thread::sleep(Duration::from_secs(3));
+            zombie
+        }
+    };
     // ...and its replacement starts with the same instance id on another
     // machine (here: another state directory), fencing it.
     config.state_dir = dir.path().join("state-b");
@@ -726,6 +769,10 @@ fn a_frozen_instance_replaced_by_a_new_one_with_its_id_stops_when_it_wakes_and_l
     let (status, log) = zombie.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "{log}");
     assert!(log.contains("this instance was fenced"), "{log}");
+    assert!(
+        !log.contains("rejoining the group"),
+        "a fenced instance rejoined the group:\n{log}"
+    );
 
     // Nothing lost; a duplicate can only come from the zombie's last,
     // never-committed transaction (none where aborted records are hidden).

@@ -192,10 +192,50 @@ fn run_member(
         .context()
         .lock()
         .shutdown(&consumer, result.is_ok());
+    let result = match result.and(closed) {
+        Err(RuntimeError::Commit(CommitError::Fatal(reason)))
+            if topology.kafka.static_membership =>
+        {
+            Err(RuntimeError::Commit(membership_verdict(&consumer, reason)))
+        }
+        other => other,
+    };
     // Dropping the consumer leaves the group; its revoke callback finds no
     // task left.
     drop(consumer);
-    result.and(closed)
+    result
+}
+
+/// How long a static member whose producer failed waits for the group's
+/// word on its membership: two heartbeats (`heartbeat.interval.ms` is 2 s).
+const MEMBERSHIP_VERDICT_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether a static member whose producer failed was replaced: then it must
+/// stop, not rejoin. A fencing error from the producer cannot always tell
+/// (a transaction open past its timeout, which the coordinator aborts, is
+/// reported the same way; an abort after a refused produce request can
+/// time out instead), but the group can: it answers the next heartbeat of
+/// a member whose `group.instance.id` another process took with
+/// FENCED_INSTANCE_ID, a fatal error of the consumer. Rejoining would take
+/// the id back and fence the successor in turn.
+fn membership_verdict<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    reason: String,
+) -> CommitError {
+    let deadline = Instant::now() + MEMBERSHIP_VERDICT_WAIT;
+    loop {
+        if let Some((RDKafkaErrorCode::FencedInstanceId, fenced)) = consumer.client().fatal_error()
+        {
+            return CommitError::Fenced(format!(
+                "the group gave this instance's static membership to another consumer ({fenced}) \
+                 after the producer failed: {reason}"
+            ));
+        }
+        if Instant::now() >= deadline {
+            return CommitError::Fatal(reason);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn main_loop(
@@ -969,7 +1009,11 @@ impl Engine {
             .try_for_each(|&task| self.produce_batch(task, polled));
         clear_scratch(&mut self.tasks, &busy);
         self.busy = busy;
-        result
+        result?;
+        self.cycle
+            .txn
+            .fault(FaultPoint::Batch)
+            .map_err(RuntimeError::Commit)
     }
 
     /// Sends what task `task` made of its messages of the batch.

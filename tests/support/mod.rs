@@ -823,6 +823,29 @@ impl App {
         self.log_text()
     }
 
+    /// Waits until the process has stopped itself (a `freeze` fault: state
+    /// `T` in `/proc/<pid>/stat`).
+    pub fn wait_frozen(&self, timeout: Duration) {
+        let path = format!("/proc/{}/stat", self.pid());
+        let deadline = Instant::now() + timeout;
+        loop {
+            let stat = std::fs::read_to_string(&path).unwrap_or_default();
+            // The state follows the command name, which is in parentheses.
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next());
+            if state == Some("T") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the process did not freeze within {timeout:?} (state {state:?}):\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGSTOP: the process freezes (a zombie in the making).
     pub fn pause(&self) {
         signal(self.pid(), "STOP");

@@ -31,10 +31,13 @@ pub enum FaultPoint {
     Restore,
     /// A batch of due timers fired and its outputs were sent.
     Timers,
+    /// A batch of input records was processed and its outputs handed to
+    /// the producer; the transaction stays open for more.
+    Batch,
 }
 
 impl FaultPoint {
-    const ALL: [(FaultPoint, &'static str); 7] = [
+    const ALL: [(FaultPoint, &'static str); 8] = [
         (FaultPoint::Begin, "begin"),
         (FaultPoint::Sent, "sent"),
         (FaultPoint::Offsets, "offsets"),
@@ -42,6 +45,7 @@ impl FaultPoint {
         (FaultPoint::Committed, "committed"),
         (FaultPoint::Restore, "restore"),
         (FaultPoint::Timers, "timers"),
+        (FaultPoint::Batch, "batch"),
     ];
 
     pub(super) fn name(self) -> &'static str {
@@ -60,9 +64,13 @@ pub enum FaultAction {
     Abort,
     /// End the process at once, as `kill -9` does.
     Kill,
+    /// Stop the whole process, librdkafka's threads included, as SIGSTOP
+    /// does (a long GC pause, a stalled VM) until it gets SIGCONT: what it
+    /// had queued in the producer stays queued.
+    Freeze,
 }
 
-/// A fault to inject: `<point>:<abort|kill>[@<n>]`, at the `n`-th time
+/// A fault to inject: `<point>:<abort|kill|freeze>[@<n>]`, at the `n`-th time
 /// (default: the first) the cycle reaches `point`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fault {
@@ -87,7 +95,7 @@ impl FromStr for Fault {
         };
         let (point, action) = spec
             .split_once(':')
-            .ok_or_else(|| format!("expected <point>:<abort|kill>[@n], found `{text}`"))?;
+            .ok_or_else(|| format!("expected <point>:<abort|kill|freeze>[@n], found `{text}`"))?;
         let point = FaultPoint::ALL
             .iter()
             .find(|(_, n)| *n == point)
@@ -102,7 +110,12 @@ impl FromStr for Fault {
         let action = match action {
             "abort" => FaultAction::Abort,
             "kill" => FaultAction::Kill,
-            other => return Err(format!("unknown fault action `{other}` (abort or kill)")),
+            "freeze" => FaultAction::Freeze,
+            other => {
+                return Err(format!(
+                    "unknown fault action `{other}` (abort, kill or freeze)"
+                ));
+            }
         };
         if action == FaultAction::Abort
             && matches!(point, FaultPoint::Committed | FaultPoint::Restore)
@@ -180,6 +193,21 @@ impl Faults {
                 );
                 // Like kill -9: no destructor, no flush, no goodbye.
                 std::process::abort()
+            }
+            FaultAction::Freeze => {
+                tracing::warn!(
+                    point = point.name(),
+                    hit = hits,
+                    "Injected fault: freezing the process until SIGCONT."
+                );
+                // SAFETY: raise(3) with a valid signal number has no
+                // preconditions; SIGSTOP cannot be caught, so no handler
+                // runs.
+                unsafe {
+                    libc::raise(libc::SIGSTOP);
+                }
+                tracing::warn!(point = point.name(), "Woken up (SIGCONT).");
+                Ok(())
             }
         }
     }
@@ -272,6 +300,20 @@ mod tests {
                 .contains("begin")
         );
         assert!("sent:kill@0".parse::<Fault>().is_err());
+        assert_eq!(
+            "batch:freeze@2".parse::<Fault>(),
+            Ok(Fault {
+                point: FaultPoint::Batch,
+                action: FaultAction::Freeze,
+                nth: 2
+            })
+        );
+        assert!(
+            "sent:sleep"
+                .parse::<Fault>()
+                .unwrap_err()
+                .contains("freeze")
+        );
     }
 
     #[test]
