@@ -858,12 +858,15 @@ impl App {
 
     /// Waits for the process to exit on its own; its status and log.
     pub fn wait_exit(mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
-        let mut child = self.child.take().expect("the process was started");
         let deadline = Instant::now() + timeout;
         loop {
+            let child = self.child.as_mut().expect("the process was started");
             if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
                 return (status, self.log_text());
             }
+            // On failure the process is still ours: dropping `self` kills
+            // it rather than leave it running after the test.
             assert!(
                 Instant::now() < deadline,
                 "streamfold did not exit within {timeout:?}; log:\n{}",
