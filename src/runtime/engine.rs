@@ -182,8 +182,10 @@ fn run_member(
             .map(|s| (s.config.topic.clone(), s.name.clone()))
             .collect(),
     };
+    let consumer_config = config::consumer_config(topology, options);
+    let verdict_wait = membership_verdict_wait(&consumer_config);
     let consumer: Arc<BaseConsumer<EngineContext>> =
-        Arc::new(config::consumer_config(topology, options).create_with_context(context)?);
+        Arc::new(consumer_config.create_with_context(context)?);
     let primary = topology.sources[0].config.topic.clone();
     consumer.subscribe(&[primary.as_str()])?;
 
@@ -196,7 +198,11 @@ fn run_member(
         Err(RuntimeError::Commit(CommitError::Fatal(reason)))
             if topology.kafka.static_membership =>
         {
-            Err(RuntimeError::Commit(membership_verdict(&consumer, reason)))
+            Err(RuntimeError::Commit(membership_verdict(
+                &consumer,
+                verdict_wait,
+                reason,
+            )))
         }
         other => other,
     };
@@ -207,8 +213,15 @@ fn run_member(
 }
 
 /// How long a static member whose producer failed waits for the group's
-/// word on its membership: two heartbeats (`heartbeat.interval.ms` is 2 s).
-const MEMBERSHIP_VERDICT_WAIT: Duration = Duration::from_secs(5);
+/// word on its membership: two of the consumer's heartbeats and a second
+/// for the answer.
+fn membership_verdict_wait(consumer: &rdkafka::ClientConfig) -> Duration {
+    let heartbeat = consumer
+        .get("heartbeat.interval.ms")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .unwrap_or(3000);
+    Duration::from_millis(2 * heartbeat + 1000)
+}
 
 /// Whether a static member whose producer failed was replaced: then it must
 /// stop, not rejoin. A fencing error from the producer cannot always tell
@@ -220,9 +233,10 @@ const MEMBERSHIP_VERDICT_WAIT: Duration = Duration::from_secs(5);
 /// the id back and fence the successor in turn.
 fn membership_verdict<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
+    wait: Duration,
     reason: String,
 ) -> CommitError {
-    let deadline = Instant::now() + MEMBERSHIP_VERDICT_WAIT;
+    let deadline = Instant::now() + wait;
     loop {
         if let Some((RDKafkaErrorCode::FencedInstanceId, fenced)) = consumer.client().fatal_error()
         {

@@ -228,16 +228,23 @@ impl Broker {
     }
 }
 
+/// The fields of `/proc/<pid>/stat` after the command name (which may hold
+/// spaces), from `state` (field 3) on; `None` once the process is gone.
+fn proc_stat(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// The state letter of process `pid` (`R`, `S`, `T` stopped, `Z` zombie…).
+fn process_state(pid: u32) -> Option<String> {
+    proc_stat(pid)?.into_iter().next()
+}
+
 /// CPU time (user + system) process `pid` has used so far, in seconds.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
-    // Fields after the command name (which may hold spaces), from `state`
-    // (field 3): utime and stime are fields 14 and 15, in clock ticks.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
+    let fields = proc_stat(pid).expect("the process runs");
+    // utime and stime are fields 14 and 15, in clock ticks.
     let ticks = |field: usize| fields[field - 3].parse::<f64>().unwrap();
     // /proc counts in USER_HZ, which Linux fixes at 100 for user space.
     (ticks(14) + ticks(15)) / 100.0
@@ -786,10 +793,7 @@ impl App {
     pub fn assert_running(&self) {
         if let Some(child) = &self.child {
             // `try_wait` needs `&mut`; check /proc instead.
-            let alive = Path::new(&format!("/proc/{}", child.id())).exists()
-                && !std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
-                    .unwrap_or_default()
-                    .contains(") Z ");
+            let alive = process_state(child.id()).is_some_and(|state| state != "Z");
             assert!(alive, "streamfold exited early; log:\n{}", self.log_text());
         }
     }
@@ -826,15 +830,10 @@ impl App {
     /// Waits until the process has stopped itself (a `freeze` fault: state
     /// `T` in `/proc/<pid>/stat`).
     pub fn wait_frozen(&self, timeout: Duration) {
-        let path = format!("/proc/{}/stat", self.pid());
         let deadline = Instant::now() + timeout;
         loop {
-            let stat = std::fs::read_to_string(&path).unwrap_or_default();
-            // The state follows the command name, which is in parentheses.
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next());
-            if state == Some("T") {
+            let state = process_state(self.pid());
+            if state.as_deref() == Some("T") {
                 return;
             }
             assert!(
