@@ -48,6 +48,8 @@ use serde_json::{Map, Number, Value};
 
 use crate::record::{Record, Timestamp};
 
+mod native;
+
 type Data = JustLut<Val>;
 
 /// Natives left out because their result depends on when or where the
@@ -165,6 +167,9 @@ pub struct Program {
     /// Per bound variable (standard ones first, then the operator's): whether
     /// the text mentions it, so unused ones cost nothing per record.
     used: Vec<bool>,
+    /// The same program without jaq, when it is a simple update
+    /// ([`native`]).
+    native: Option<native::Native>,
 }
 
 impl fmt::Debug for Program {
@@ -211,6 +216,7 @@ impl Program {
         Ok(Program {
             filter,
             used: vars.iter().map(|v| mentions(code, v)).collect(),
+            native: native::Native::parse(code, extra_vars),
         })
     }
 
@@ -262,6 +268,11 @@ impl Program {
         extra: &[&Value],
         limit: usize,
     ) -> Result<Vec<Value>, String> {
+        if limit > 0
+            && let Some(output) = self.native.as_ref().and_then(|n| n.eval(input, extra))
+        {
+            return Ok(vec![output]);
+        }
         self.run_val(to_val(input), bindings, extra, limit)
     }
 
