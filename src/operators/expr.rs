@@ -167,8 +167,8 @@ pub struct Program {
     /// Per bound variable (standard ones first, then the operator's): whether
     /// the text mentions it, so unused ones cost nothing per record.
     used: Vec<bool>,
-    /// The same program without jaq, when it is a simple update
-    /// ([`native`]).
+    /// The same program without jaq, when it is a simple update or
+    /// condition ([`native`]).
     native: Option<native::Native>,
 }
 
@@ -306,6 +306,9 @@ impl Program {
     /// The program as a predicate: true when its first output is neither
     /// `false` nor `null` (no output is false).
     pub(crate) fn test(&self, input: &Value, bindings: &Bindings<'_>) -> Result<bool, String> {
+        if let Some(output) = self.native.as_ref().and_then(|n| n.eval(input, &[])) {
+            return Ok(!matches!(output, Value::Null | Value::Bool(false)));
+        }
         isolated(|| {
             let ctx = Ctx::<Data>::new(&self.filter.lut, self.vars(bindings, &[]));
             match self.filter.id.run((ctx, to_val(input))).next() {

@@ -17,7 +17,7 @@
 //! below generates rules and values and checks that wherever this module
 //! gives a result, jaq gives the same one.
 //!
-//! Recognised, separated by `|`:
+//! Recognised updates, separated by `|`:
 //!
 //! | update | meaning |
 //! |---|---|
@@ -25,22 +25,32 @@
 //! | `.f += n` | add the integer `n` to field `f` (absent or null counts as 0) |
 //! | `. + {f: term, g: term, ...}` | set several fields at once |
 //!
-//! where a term is a literal (`true`, `false`, `null`, an integer, a string
-//! without escapes), a field of the input (`.f`), a field path of a
-//! variable the operator binds (`$event.f`, `$event.f.g`), or either of the
-//! last two with a default (`(.f // false)`). Field names are identifiers;
-//! anything else (`.a.b = 1`, `.f |= .+1`, `del(.f)`, `$key`) is jaq's.
+//! and conditions (of `filter`, `route`, `reset_when`): comparisons
+//! `term == term` (also `!=`, `<`, `<=`, `>`, `>=`) and terms tested for
+//! truth, joined with `and` and `or`, grouped with parentheses.
+//!
+//! A term is a literal (`true`, `false`, `null`, an integer, a string
+//! without escapes), a field path of the input (`.f`, `.f.g`), a field path
+//! of a variable the operator binds (`$event.f`), or, in an update, either
+//! path with a default (`(.f // false)`). Field names are identifiers;
+//! anything else (`.a.b = 1`, `.f |= .+1`, `del(.f)`, `$key`, `not`,
+//! `.n > 1.5`) is jaq's. Comparisons are done here only between integers,
+//! between strings, or between null and booleans; any other pair (floats,
+//! arrays, objects, mixed types) is jaq's.
 
 use serde_json::{Map, Value};
 
-/// A recognised expression: updates applied in order to an object.
+/// A recognised expression.
 #[derive(Debug, PartialEq)]
-pub(super) struct Native {
-    updates: Vec<Update>,
+pub(super) enum Native {
+    /// Updates applied in order to an object.
+    Updates(Vec<Update>),
+    /// A condition, whose output is a boolean.
+    Condition(Condition),
 }
 
 #[derive(Debug, PartialEq)]
-enum Update {
+pub(super) enum Update {
     /// `.field = term`
     Set(String, Term),
     /// `.field += integer`
@@ -50,15 +60,34 @@ enum Update {
 }
 
 #[derive(Debug, PartialEq)]
-enum Term {
+pub(super) enum Term {
     Literal(Value),
-    /// `.field` of the update's input.
-    Field(String),
+    /// `.a.b`: fields read from the input.
+    Input(Vec<String>),
     /// `$var.a.b`: the operator's variable at this index, and the fields
     /// read from it.
     Var(usize, Vec<String>),
     /// `(term // literal)`: the literal when the term is null or false.
     Or(Box<Term>, Value),
+}
+
+#[derive(Debug, PartialEq)]
+pub(super) enum Condition {
+    Or(Box<Condition>, Box<Condition>),
+    And(Box<Condition>, Box<Condition>),
+    Compare(Term, Comparison, Term),
+    /// A term tested for truth: neither null nor false.
+    Truthy(Term),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Comparison {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
 }
 
 static NULL: Value = Value::Null;
@@ -77,83 +106,170 @@ impl Native {
         if code.contains('#') {
             return None;
         }
-        let mut parser = Parser { code, at: 0, vars };
-        let mut updates = vec![parser.update()?];
-        loop {
-            parser.skip_space();
-            if parser.at == code.len() {
-                return Some(Native { updates });
-            }
-            if !parser.eat_exactly("|", "=") {
-                return None;
-            }
-            updates.push(parser.update()?);
+        let parser = || Parser { code, at: 0, vars };
+        let mut updates = parser();
+        if let Some(updates) = updates.updates() {
+            return Some(Native::Updates(updates));
         }
+        let mut condition = parser();
+        let parsed = condition.condition()?;
+        condition.skip_space();
+        (condition.at == code.len()).then_some(Native::Condition(parsed))
     }
 
-    /// Evaluates the updates on `input` with the operator's variables
+    /// Evaluates the expression on `input` with the operator's variables
     /// `vars`; `None` leaves the evaluation to jaq.
     pub(super) fn eval(&self, input: &Value, vars: &[&Value]) -> Option<Value> {
-        let Value::Object(input) = input else {
-            return None;
-        };
-        let mut entity = input.clone();
-        for update in &self.updates {
-            match update {
-                Update::Set(field, term) => {
-                    let value = term.eval(&entity, vars)?;
-                    entity.insert(field.clone(), value);
-                }
-                Update::Add(field, n) => {
-                    // jaq adds integers exactly and turns an overflow into
-                    // a big integer, and anything with a float into a
-                    // float: only the exact case is done here.
-                    let sum = match entity.get(field) {
-                        None | Some(Value::Null) => *n,
-                        Some(Value::Number(current)) => current.as_i64()?.checked_add(*n)?,
-                        Some(_) => return None,
-                    };
-                    entity.insert(field.clone(), Value::from(sum));
-                }
-                Update::Merge(fields) => {
-                    // Every value is read from the input before any is set.
-                    let values = fields
-                        .iter()
-                        .map(|(field, term)| Some((field, term.eval(&entity, vars)?)))
-                        .collect::<Option<Vec<_>>>()?;
-                    for (field, value) in values {
-                        entity.insert(field.clone(), value);
-                    }
-                }
-            }
+        match self {
+            Native::Updates(updates) => update(updates, input, vars),
+            // A lone term's output is its value, not whether it is true.
+            Native::Condition(Condition::Truthy(term)) => term.peek(input, vars).cloned(),
+            Native::Condition(condition) => condition.eval(input, vars).map(Value::Bool),
         }
-        Some(Value::Object(entity))
     }
 }
 
+fn update(updates: &[Update], input: &Value, vars: &[&Value]) -> Option<Value> {
+    if !input.is_object() {
+        return None;
+    }
+    let mut entity = input.clone();
+    for update in updates {
+        match update {
+            Update::Set(field, term) => {
+                let value = term.eval(&entity, vars)?;
+                fields(&mut entity).insert(field.clone(), value);
+            }
+            Update::Add(field, n) => {
+                // jaq adds integers exactly and turns an overflow into a
+                // big integer, and anything with a float into a float:
+                // only the exact case is done here.
+                let sum = match entity.get(field) {
+                    None | Some(Value::Null) => *n,
+                    Some(Value::Number(current)) => current.as_i64()?.checked_add(*n)?,
+                    Some(_) => return None,
+                };
+                fields(&mut entity).insert(field.clone(), Value::from(sum));
+            }
+            Update::Merge(merged) => {
+                // Every value is read from the input before any is set.
+                let values = merged
+                    .iter()
+                    .map(|(field, term)| Some((field, term.eval(&entity, vars)?)))
+                    .collect::<Option<Vec<_>>>()?;
+                let fields = fields(&mut entity);
+                for (field, value) in values {
+                    fields.insert(field.clone(), value);
+                }
+            }
+        }
+    }
+    Some(entity)
+}
+
+/// The fields of an entity, which every update keeps an object.
+fn fields(entity: &mut Value) -> &mut Map<String, Value> {
+    if !entity.is_object() {
+        *entity = Value::Object(Map::new());
+    }
+    match entity {
+        Value::Object(fields) => fields,
+        // Made an object just above.
+        _ => unreachable!("an entity is an object"),
+    }
+}
+
+/// Follows `path` from `value` as jq's `.a.b` does: a field of an object,
+/// null from null; `None` where jq fails (a field of anything else).
+fn read<'v>(mut value: &'v Value, path: &[String]) -> Option<&'v Value> {
+    for field in path {
+        value = match value {
+            Value::Object(fields) => fields.get(field).unwrap_or(&NULL),
+            Value::Null => &NULL,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
 impl Term {
-    fn eval(&self, input: &Map<String, Value>, vars: &[&Value]) -> Option<Value> {
+    fn eval(&self, input: &Value, vars: &[&Value]) -> Option<Value> {
         Some(match self {
             Term::Literal(value) => value.clone(),
-            Term::Field(field) => input.get(field).cloned().unwrap_or(Value::Null),
-            Term::Var(index, path) => {
-                let mut value: &Value = vars.get(*index)?;
-                for field in path {
-                    value = match value {
-                        Value::Object(fields) => fields.get(field).unwrap_or(&NULL),
-                        Value::Null => &NULL,
-                        // jq's error: leave it to jaq to word it.
-                        _ => return None,
-                    };
-                }
-                value.clone()
-            }
+            Term::Input(path) => read(input, path)?.clone(),
+            Term::Var(index, path) => read(vars.get(*index)?, path)?.clone(),
             Term::Or(term, default) => match term.eval(input, vars)? {
                 Value::Null | Value::Bool(false) => default.clone(),
                 value => value,
             },
         })
     }
+
+    /// The term's value without copying it where it can be borrowed.
+    fn peek<'v>(&'v self, input: &'v Value, vars: &[&'v Value]) -> Option<&'v Value> {
+        match self {
+            Term::Literal(value) => Some(value),
+            Term::Input(path) => read(input, path),
+            Term::Var(index, path) => read(vars.get(*index)?, path),
+            // Not produced by the condition parser.
+            Term::Or(..) => None,
+        }
+    }
+}
+
+fn truthy(value: &Value) -> bool {
+    !matches!(value, Value::Null | Value::Bool(false))
+}
+
+impl Condition {
+    fn eval(&self, input: &Value, vars: &[&Value]) -> Option<bool> {
+        match self {
+            // jq does not evaluate the right side when the left decides.
+            Condition::Or(left, right) => match left.eval(input, vars)? {
+                true => Some(true),
+                false => right.eval(input, vars),
+            },
+            Condition::And(left, right) => match left.eval(input, vars)? {
+                false => Some(false),
+                true => right.eval(input, vars),
+            },
+            Condition::Truthy(term) => term.peek(input, vars).map(truthy),
+            Condition::Compare(left, comparison, right) => {
+                let ordering = order(left.peek(input, vars)?, right.peek(input, vars)?)?;
+                Some(match comparison {
+                    Comparison::Eq => ordering.is_eq(),
+                    Comparison::Ne => ordering.is_ne(),
+                    Comparison::Lt => ordering.is_lt(),
+                    Comparison::Le => ordering.is_le(),
+                    Comparison::Gt => ordering.is_gt(),
+                    Comparison::Ge => ordering.is_ge(),
+                })
+            }
+        }
+    }
+}
+
+/// jq's order of two values where it is sure to be jq's: integers by value,
+/// strings by their bytes (UTF-8 keeps code point order), and null < false
+/// < true < numbers < strings between kinds. Floats, arrays and objects
+/// are jaq's.
+fn order(left: &Value, right: &Value) -> Option<std::cmp::Ordering> {
+    fn rank(value: &Value) -> Option<u8> {
+        match value {
+            Value::Null => Some(0),
+            Value::Bool(false) => Some(1),
+            Value::Bool(true) => Some(2),
+            Value::Number(n) if n.as_i64().is_some() => Some(3),
+            Value::String(_) => Some(4),
+            _ => None,
+        }
+    }
+    let (l, r) = (rank(left)?, rank(right)?);
+    Some(match (left, right) {
+        (Value::Number(a), Value::Number(b)) => a.as_i64()?.cmp(&b.as_i64()?),
+        (Value::String(a), Value::String(b)) => a.as_bytes().cmp(b.as_bytes()),
+        _ => l.cmp(&r),
+    })
 }
 
 /// A recursive-descent reader of the shapes above. Every method returns
@@ -211,6 +327,81 @@ impl<'a> Parser<'a> {
     fn field(&mut self) -> Option<String> {
         let word = self.word()?;
         (!KEYWORDS.contains(&word)).then(|| word.to_string())
+    }
+
+    /// Updates separated by `|`, to the end of the text.
+    fn updates(&mut self) -> Option<Vec<Update>> {
+        let mut updates = vec![self.update()?];
+        loop {
+            self.skip_space();
+            if self.at == self.code.len() {
+                return Some(updates);
+            }
+            if !self.eat_exactly("|", "=") {
+                return None;
+            }
+            updates.push(self.update()?);
+        }
+    }
+
+    /// A word (`and`, `or`) after space, not the start of a longer one.
+    fn eat_word(&mut self, word: &str) -> bool {
+        self.skip_space();
+        let rest = self.rest();
+        let whole = rest.starts_with(word)
+            && !rest[word.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        if whole {
+            self.at += word.len();
+        }
+        whole
+    }
+
+    fn condition(&mut self) -> Option<Condition> {
+        let mut condition = self.conjunction()?;
+        while self.eat_word("or") {
+            condition = Condition::Or(Box::new(condition), Box::new(self.conjunction()?));
+        }
+        Some(condition)
+    }
+
+    fn conjunction(&mut self) -> Option<Condition> {
+        let mut condition = self.comparison()?;
+        while self.eat_word("and") {
+            condition = Condition::And(Box::new(condition), Box::new(self.comparison()?));
+        }
+        Some(condition)
+    }
+
+    fn comparison(&mut self) -> Option<Condition> {
+        if self.eat("(") {
+            let condition = self.condition()?;
+            return self.eat(")").then_some(condition);
+        }
+        let left = self.operand()?;
+        // Longest operators first, so `<=` is not read as `<`.
+        const OPERATORS: [(&str, Comparison); 6] = [
+            ("==", Comparison::Eq),
+            ("!=", Comparison::Ne),
+            ("<=", Comparison::Le),
+            (">=", Comparison::Ge),
+            ("<", Comparison::Lt),
+            (">", Comparison::Gt),
+        ];
+        for (token, comparison) in OPERATORS {
+            if self.eat(token) {
+                return Some(Condition::Compare(left, comparison, self.operand()?));
+            }
+        }
+        Some(Condition::Truthy(left))
+    }
+
+    /// A literal or a path, in a condition.
+    fn operand(&mut self) -> Option<Term> {
+        self.skip_space();
+        if self.rest().starts_with(['.', '$']) {
+            return self.path();
+        }
+        self.literal().map(Term::Literal)
     }
 
     fn update(&mut self) -> Option<Update> {
@@ -273,23 +464,26 @@ impl<'a> Parser<'a> {
         self.literal().map(Term::Literal)
     }
 
-    /// `.field` or `$var.field...`.
+    /// `.a.b` or `$var.a.b`.
     fn path(&mut self) -> Option<Term> {
         self.skip_space();
-        if self.eat(".") {
-            return self.field().map(Term::Field);
-        }
-        if !self.eat("$") {
-            return None;
-        }
-        let name = self.word()?;
-        let index = self.vars.iter().position(|var| var[1..] == *name)?;
+        let var = if self.eat("$") {
+            let name = self.word()?;
+            Some(self.vars.iter().position(|var| var[1..] == *name)?)
+        } else {
+            None
+        };
         let mut path = Vec::new();
         while self.rest().starts_with('.') {
             self.at += 1;
             path.push(self.field()?);
         }
-        Some(Term::Var(index, path))
+        match var {
+            Some(index) => Some(Term::Var(index, path)),
+            // `.` alone is the input itself: jaq's.
+            None if path.is_empty() => None,
+            None => Some(Term::Input(path)),
+        }
     }
 
     fn literal(&mut self) -> Option<Value> {
@@ -369,6 +563,75 @@ mod tests {
         Native::parse(code, &["$event"])
     }
 
+    /// What jaq alone gives for the condition `code`.
+    fn jaq_test(code: &str, input: &Value) -> Result<bool, String> {
+        let mut program = Program::compile(code, &[]).expect("compiles");
+        program.native = None;
+        let bindings = Bindings {
+            key: None,
+            timestamp: 1,
+            headers: &[],
+        };
+        program.test(input, &bindings)
+    }
+
+    /// What jaq alone outputs for `code`, run as a `map` expression.
+    fn jaq_value(code: &str, input: &Value) -> Result<Value, String> {
+        let mut program = Program::compile(code, &[]).expect("compiles");
+        program.native = None;
+        let bindings = Bindings {
+            key: None,
+            timestamp: 1,
+            headers: &[],
+        };
+        program.one(input, &bindings, &[])
+    }
+
+    #[test]
+    fn a_lone_term_outputs_its_value() {
+        for (code, input) in [
+            ("null", json!({})),
+            ("(.a.b)", json!({"a": {"b": [1, 2]}})),
+            ("\"x\"", json!(null)),
+            (".a == 1", json!({"a": 1})),
+        ] {
+            let recognised = native(code).expect("recognised");
+            assert_eq!(
+                Ok(recognised.eval(&input, &[]).unwrap()),
+                jaq_value(code, &input),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_shipped_conditions_are_recognised() {
+        let conditions = [
+            r#".type == "QuestionCreated" or .type == "QuestionEdited" or .type == "AnswerAdded" or .type == "QuestionDeleted""#,
+            r#".type == "ThanksForAnswerGiven""#,
+            r#".op == "ClearCount""#,
+            r#".status == "settled" and .amount > 0"#,
+            r#"(.a.b != null or .c) and -1 <= .n"#,
+        ];
+        let inputs = [
+            json!({"type": "AnswerAdded", "op": "Add", "status": "settled", "amount": 3}),
+            json!({"type": "Other", "op": "ClearCount", "amount": -1, "a": {"b": 1}, "n": 0}),
+            json!({}),
+        ];
+        for condition in conditions {
+            let recognised = Native::parse(condition, &[])
+                .unwrap_or_else(|| panic!("`{condition}` is recognised"));
+            for input in &inputs {
+                let value = recognised.eval(input, &[]).expect("evaluated natively");
+                assert_eq!(
+                    Ok(truthy(&value)),
+                    jaq_test(condition, input),
+                    "{condition} on {input}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_shipped_rules_are_recognised() {
         let rules = [
@@ -396,7 +659,6 @@ mod tests {
             ".",
             ".a.b = 1",
             ".a |= . + 1",
-            ".a == 1",
             ".a = .b + 1",
             ".a = .b // 1",
             ".a = 1.5",
@@ -416,6 +678,16 @@ mod tests {
             ". + {a: 1} + {b: 2}",
             ".a = 01",
             ".a = 1,",
+            ".a == 1 | not",
+            ".a == 1.5",
+            ".a == [1]",
+            ".a and not",
+            ".a == .b + 1",
+            "(.a == 1",
+            ".a == 1 or",
+            ".a // 1 == 2",
+            ".type | startswith(\"Q\")",
+            ".a == 1 andx",
         ] {
             assert_eq!(native(code), None, "{code}");
         }
@@ -458,7 +730,7 @@ mod tests {
                 .prop_map(Value::from),
             Just(Value::from(u64::MAX)),
             (-1e6f64..1e6).prop_map(Value::from),
-            "[a-z ]{0,4}".prop_map(Value::from),
+            "[a-zé😀 ]{0,4}".prop_map(Value::from),
         ]
     }
 
@@ -485,13 +757,14 @@ mod tests {
             Just("null".to_string()),
             (-3i64..3).prop_map(|n| n.to_string()),
             prop::sample::select(vec![i64::MIN + 1, i64::MAX]).prop_map(|n| n.to_string()),
-            "[a-z ]{0,4}".prop_map(|s| format!("\"{s}\"")),
+            "[a-zé😀 ]{0,4}".prop_map(|s| format!("\"{s}\"")),
         ]
     }
 
     fn path() -> impl Strategy<Value = String> {
         prop_oneof![
-            field().prop_map(|f| format!(".{f}")),
+            prop::collection::vec(field(), 1..3)
+                .prop_map(|fields| fields.iter().map(|f| format!(".{f}")).collect::<String>()),
             prop::collection::vec(field(), 0..3).prop_map(|fields| format!(
                 "$event{}",
                 fields.iter().map(|f| format!(".{f}")).collect::<String>()
@@ -526,8 +799,49 @@ mod tests {
         prop::collection::vec(update(), 1..4).prop_map(|updates| updates.join(" | "))
     }
 
+    fn operand() -> impl Strategy<Value = String> {
+        prop_oneof![
+            literal(),
+            prop::collection::vec(field(), 1..3)
+                .prop_map(|fields| fields.iter().map(|f| format!(".{f}")).collect::<String>()),
+        ]
+    }
+
+    fn comparison() -> impl Strategy<Value = String> {
+        let operator = prop::sample::select(vec!["==", "!=", "<", "<=", ">", ">="]);
+        prop_oneof![
+            (operand(), operator, operand()).prop_map(|(l, op, r)| format!("{l} {op} {r}")),
+            operand(),
+        ]
+    }
+
+    fn condition() -> impl Strategy<Value = String> {
+        comparison().prop_recursive(3, 12, 2, |inner| {
+            prop_oneof![
+                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("{l} and {r}")),
+                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("{l} or {r}")),
+                inner.prop_map(|c| format!("({c})")),
+            ]
+        })
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Wherever a native condition gives a result, jaq's test gives
+        /// the same; where jaq fails, the native evaluation declines.
+        #[test]
+        fn native_conditions_are_jaq_s(
+            condition in condition(),
+            input in prop_oneof![4 => object(), 1 => value()],
+        ) {
+            let recognised = Native::parse(&condition, &[]);
+            prop_assert!(recognised.is_some(), "`{}` is recognised", condition);
+            if let Some(value) = recognised.and_then(|n| n.eval(&input, &[])) {
+                prop_assert_eq!(Ok(truthy(&value)), jaq_test(&condition, &input), "{} on {}", condition, input);
+                prop_assert_eq!(Ok(value), jaq_value(&condition, &input), "{} on {}", condition, input);
+            }
+        }
 
         /// Wherever the native evaluation gives a result, jaq gives the
         /// same; where jaq fails, the native evaluation declines.
