@@ -25,6 +25,11 @@ use streamfold::state::rocks::{RocksBackend, RocksResources};
 use streamfold::state::{RawWrite, StateBackend};
 use streamfold::topology;
 
+/// The allocator the `streamfold` binary runs with, so the reads are
+/// measured as users run them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const KEYS: usize = 1_000_000;
 const BATCH: usize = 50_000;
 
