@@ -1,4 +1,4 @@
-//! The simplest update expressions, evaluated without jaq.
+//! The simplest expressions, updates and conditions, evaluated without jaq.
 //!
 //! Most projection rules take one of a few shapes: set a field from the
 //! event (`.title = $event.title`), set a constant (`.is_deleted = true`),
@@ -38,14 +38,14 @@
 //! between strings, or between null and booleans; any other pair (floats,
 //! arrays, objects, mixed types) is jaq's.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// A recognised expression.
 #[derive(Debug, PartialEq)]
 pub(super) enum Native {
     /// Updates applied in order to an object.
     Updates(Vec<Update>),
-    /// A condition, whose output is a boolean.
+    /// A condition: its output is a boolean, or a lone term's value.
     Condition(Condition),
 }
 
@@ -138,7 +138,7 @@ fn update(updates: &[Update], input: &Value, vars: &[&Value]) -> Option<Value> {
         match update {
             Update::Set(field, term) => {
                 let value = term.eval(&entity, vars)?;
-                fields(&mut entity).insert(field.clone(), value);
+                entity.as_object_mut()?.insert(field.clone(), value);
             }
             Update::Add(field, n) => {
                 // jaq adds integers exactly and turns an overflow into a
@@ -149,7 +149,9 @@ fn update(updates: &[Update], input: &Value, vars: &[&Value]) -> Option<Value> {
                     Some(Value::Number(current)) => current.as_i64()?.checked_add(*n)?,
                     Some(_) => return None,
                 };
-                fields(&mut entity).insert(field.clone(), Value::from(sum));
+                entity
+                    .as_object_mut()?
+                    .insert(field.clone(), Value::from(sum));
             }
             Update::Merge(merged) => {
                 // Every value is read from the input before any is set.
@@ -157,7 +159,7 @@ fn update(updates: &[Update], input: &Value, vars: &[&Value]) -> Option<Value> {
                     .iter()
                     .map(|(field, term)| Some((field, term.eval(&entity, vars)?)))
                     .collect::<Option<Vec<_>>>()?;
-                let fields = fields(&mut entity);
+                let fields = entity.as_object_mut()?;
                 for (field, value) in values {
                     fields.insert(field.clone(), value);
                 }
@@ -165,18 +167,6 @@ fn update(updates: &[Update], input: &Value, vars: &[&Value]) -> Option<Value> {
         }
     }
     Some(entity)
-}
-
-/// The fields of an entity, which every update keeps an object.
-fn fields(entity: &mut Value) -> &mut Map<String, Value> {
-    if !entity.is_object() {
-        *entity = Value::Object(Map::new());
-    }
-    match entity {
-        Value::Object(fields) => fields,
-        // Made an object just above.
-        _ => unreachable!("an entity is an object"),
-    }
 }
 
 /// Follows `path` from `value` as jq's `.a.b` does: a field of an object,
@@ -295,14 +285,14 @@ impl<'a> Parser<'a> {
     fn eat_exactly(&mut self, token: &str, unless: &str) -> bool {
         self.skip_space();
         let rest = self.rest();
-        if rest.starts_with(token)
-            && !(!unless.is_empty() && rest[token.len()..].starts_with(unless))
-        {
-            self.at += token.len();
-            true
-        } else {
-            false
+        let Some(after) = rest.strip_prefix(token) else {
+            return false;
+        };
+        if !unless.is_empty() && after.starts_with(unless) {
+            return false;
         }
+        self.at += token.len();
+        true
     }
 
     fn eat(&mut self, token: &str) -> bool {
