@@ -250,6 +250,48 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     (ticks(14) + ticks(15)) / 100.0
 }
 
+/// CPU time (user + system) each thread of process `pid` has used so far,
+/// in seconds, by thread name and id: to tell which thread burned it.
+pub fn thread_cpu_seconds(pid: u32) -> BTreeMap<String, f64> {
+    let mut threads = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return threads;
+    };
+    for task in tasks.flatten() {
+        let tid = task.file_name().to_string_lossy().into_owned();
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // `tid (name) state ...`; the name may hold spaces and `)`.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let name = head.split_once('(').map_or("?", |(_, name)| name);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |field: usize| fields.get(field - 3).and_then(|f| f.parse::<f64>().ok());
+        if let (Some(user), Some(system)) = (ticks(14), ticks(15)) {
+            threads.insert(format!("{name}/{tid}"), (user + system) / 100.0);
+        }
+    }
+    threads
+}
+
+/// The threads that used CPU between two [`thread_cpu_seconds`] readings,
+/// busiest first, as `name/tid=seconds`.
+pub fn busiest_threads(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
+    let mut used: Vec<(&String, f64)> = after
+        .iter()
+        .map(|(thread, &t)| (thread, t - before.get(thread).copied().unwrap_or(0.0)))
+        .filter(|(_, used)| *used > 0.0)
+        .collect();
+    used.sort_by(|a, b| b.1.total_cmp(&a.1));
+    used.iter()
+        .take(6)
+        .map(|(thread, used)| format!("{thread}={used:.2}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 pub fn wait_for_broker(bootstrap: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
