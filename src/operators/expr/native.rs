@@ -537,16 +537,22 @@ mod tests {
     use super::super::{Bindings, Program};
     use super::*;
 
-    /// What jaq alone gives for `code`.
-    fn jaq(code: &str, input: &Value, event: &Value) -> Result<Value, String> {
-        let mut program = Program::compile(code, &["$event"]).expect("compiles");
+    /// `code` compiled for jaq alone: the native path taken away.
+    fn jaq_only(code: &str, vars: &[&'static str]) -> Program {
+        let mut program = Program::compile(code, vars).expect("compiles");
         program.native = None;
-        let bindings = Bindings {
-            key: Some(b"q1"),
-            timestamp: 1,
-            headers: &[],
-        };
-        program.one(input, &bindings, &[event])
+        program
+    }
+
+    const BINDINGS: Bindings<'static> = Bindings {
+        key: None,
+        timestamp: 1,
+        headers: &[],
+    };
+
+    /// What jaq alone gives for the rule `code`.
+    fn jaq(code: &str, input: &Value, event: &Value) -> Result<Value, String> {
+        jaq_only(code, &["$event"]).one(input, &BINDINGS, &[event])
     }
 
     fn native(code: &str) -> Option<Native> {
@@ -555,26 +561,12 @@ mod tests {
 
     /// What jaq alone gives for the condition `code`.
     fn jaq_test(code: &str, input: &Value) -> Result<bool, String> {
-        let mut program = Program::compile(code, &[]).expect("compiles");
-        program.native = None;
-        let bindings = Bindings {
-            key: None,
-            timestamp: 1,
-            headers: &[],
-        };
-        program.test(input, &bindings)
+        jaq_only(code, &[]).test(input, &BINDINGS)
     }
 
     /// What jaq alone outputs for `code`, run as a `map` expression.
     fn jaq_value(code: &str, input: &Value) -> Result<Value, String> {
-        let mut program = Program::compile(code, &[]).expect("compiles");
-        program.native = None;
-        let bindings = Bindings {
-            key: None,
-            timestamp: 1,
-            headers: &[],
-        };
-        program.one(input, &bindings, &[])
+        jaq_only(code, &[]).one(input, &BINDINGS, &[])
     }
 
     #[test]
