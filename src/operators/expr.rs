@@ -306,8 +306,8 @@ impl Program {
     /// The program as a predicate: true when its first output is neither
     /// `false` nor `null` (no output is false).
     pub(crate) fn test(&self, input: &Value, bindings: &Bindings<'_>) -> Result<bool, String> {
-        if let Some(output) = self.native.as_ref().and_then(|n| n.eval(input, &[])) {
-            return Ok(!matches!(output, Value::Null | Value::Bool(false)));
+        if let Some(holds) = self.native.as_ref().and_then(|n| n.holds(input)) {
+            return Ok(holds);
         }
         isolated(|| {
             let ctx = Ctx::<Data>::new(&self.filter.lut, self.vars(bindings, &[]));

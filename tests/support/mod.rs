@@ -228,52 +228,51 @@ impl Broker {
     }
 }
 
-/// The fields of `/proc/<pid>/stat` after the command name (which may hold
-/// spaces), from `state` (field 3) on; `None` once the process is gone.
-fn proc_stat(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    Some(rest.split_whitespace().map(str::to_string).collect())
+/// A `/proc/.../stat` line, `pid (name) state ...`, split into the name
+/// (which may hold spaces and `)`) and the fields from `state` (field 3) on.
+fn parse_stat(stat: &str) -> Option<(&str, Vec<&str>)> {
+    let (head, rest) = stat.rsplit_once(')')?;
+    let name = head.split_once('(').map_or("?", |(_, name)| name);
+    Some((name, rest.split_whitespace().collect()))
 }
 
-/// The state letter of process `pid` (`R`, `S`, `T` stopped, `Z` zombie…).
+/// User + system CPU seconds from a stat line's fields: utime and stime
+/// are fields 14 and 15, in USER_HZ ticks, which Linux fixes at 100.
+fn cpu_of(fields: &[&str]) -> Option<f64> {
+    let ticks = |field: usize| fields.get(field - 3)?.parse::<f64>().ok();
+    Some((ticks(14)? + ticks(15)?) / 100.0)
+}
+
+/// The state letter of process `pid` (`R`, `S`, `T` stopped, `Z` zombie…);
+/// `None` once the process is gone.
 fn process_state(pid: u32) -> Option<String> {
-    proc_stat(pid)?.into_iter().next()
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(parse_stat(&stat)?.1.first()?.to_string())
 }
 
 /// CPU time (user + system) process `pid` has used so far, in seconds.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let fields = proc_stat(pid).expect("the process runs");
-    // utime and stime are fields 14 and 15, in clock ticks.
-    let ticks = |field: usize| fields[field - 3].parse::<f64>().unwrap();
-    // /proc counts in USER_HZ, which Linux fixes at 100 for user space.
-    (ticks(14) + ticks(15)) / 100.0
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
+    parse_stat(&stat)
+        .and_then(|(_, fields)| cpu_of(&fields))
+        .expect("a stat line")
 }
 
 /// CPU time (user + system) each thread of process `pid` has used so far,
-/// in seconds, by thread name and id: to tell which thread burned it.
+/// in seconds, by `name/tid`: to tell which thread burned it.
 pub fn thread_cpu_seconds(pid: u32) -> BTreeMap<String, f64> {
-    let mut threads = BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return threads;
+        return BTreeMap::new();
     };
-    for task in tasks.flatten() {
-        let tid = task.file_name().to_string_lossy().into_owned();
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
-            continue;
-        };
-        // `tid (name) state ...`; the name may hold spaces and `)`.
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let name = head.split_once('(').map_or("?", |(_, name)| name);
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |field: usize| fields.get(field - 3).and_then(|f| f.parse::<f64>().ok());
-        if let (Some(user), Some(system)) = (ticks(14), ticks(15)) {
-            threads.insert(format!("{name}/{tid}"), (user + system) / 100.0);
-        }
-    }
-    threads
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let (name, fields) = parse_stat(&stat)?;
+            let tid = task.file_name().to_string_lossy().into_owned();
+            Some((format!("{name}/{tid}"), cpu_of(&fields)?))
+        })
+        .collect()
 }
 
 /// The threads that used CPU between two [`thread_cpu_seconds`] readings,

@@ -117,6 +117,16 @@ impl Native {
         (condition.at == code.len()).then_some(Native::Condition(parsed))
     }
 
+    /// Whether the expression's output on `input` is true (neither null
+    /// nor false), without copying a value to find out; `None` leaves it
+    /// to jaq.
+    pub(super) fn holds(&self, input: &Value) -> Option<bool> {
+        match self {
+            Native::Updates(_) => self.eval(input, &[]).map(|output| truthy(&output)),
+            Native::Condition(condition) => condition.eval(input, &[]),
+        }
+    }
+
     /// Evaluates the expression on `input` with the operator's variables
     /// `vars`; `None` leaves the evaluation to jaq.
     pub(super) fn eval(&self, input: &Value, vars: &[&Value]) -> Option<Value> {
