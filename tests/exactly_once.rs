@@ -221,7 +221,7 @@ fn wait_for_folds(app: &App, setup: &Setup, follower: &mut Follower, events: u64
 /// first half was neither lost nor doubled before any restore (a wrong
 /// count here pinpoints the first half; the folded events only show it
 /// after the second).
-fn assert_open_folds(state: &StateDump, events: u64, source: &str, logs: &str) {
+fn assert_open_folds(state: &StateDump, events: u64, setup: &Setup, logs: &str) {
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     for (store, entries) in state.iter().filter(|(s, _)| s.ends_with("-open")) {
         for (key, value) in entries {
@@ -240,7 +240,7 @@ fn assert_open_folds(state: &StateDump, events: u64, source: &str, logs: &str) {
     // Was an event written to the source twice (a producer retry the
     // broker did not deduplicate)? Each event's metric value is its index.
     let mut copies: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
-    let input = read_to_end(source, Duration::from_secs(60));
+    let input = read_to_end(&setup.source, Duration::from_secs(60));
     for record in &input {
         copies
             .entry(record.json()["metrics"].to_string())
@@ -248,12 +248,71 @@ fn assert_open_folds(state: &StateDump, events: u64, source: &str, logs: &str) {
             .push((record.partition, record.offset));
     }
     copies.retain(|_, at| at.len() > 1);
+    let wrong: BTreeSet<String> = wrong.keys().map(|k| (*k).clone()).collect();
     panic!(
         "{} open folds, expected {ACCOUNTS} of {events} events each; wrong: {wrong:?}; \
-         the source holds {} records, events written more than once (partition, offset): {copies:?}; logs:\n{logs}",
+         the source holds {} records, events written more than once (partition, offset): {copies:?}; \
+         histories of the wrong keys:\n{}logs:\n{logs}",
         counts.len(),
-        input.len()
+        input.len(),
+        histories(setup, &wrong)
     );
+}
+
+/// For a failure's diagnosis: every record of `keys` on the fold's
+/// repartition topic (with the source position it came from) and on its
+/// open folds' changelog (with the count it set), in log order, each with
+/// its transaction and what the journal says became of it.
+fn histories(setup: &Setup, keys: &BTreeSet<String>) -> String {
+    let journal = TxnJournal::read(&setup.journal);
+    let fate = |label: &str| {
+        if journal.committed.contains(label) {
+            "committed"
+        } else if journal.aborted.contains(label) {
+            "aborted"
+        } else {
+            "open"
+        }
+    };
+    let mut out = String::new();
+    for (what, topic) in [
+        (
+            "repartition",
+            format!("{}-fold_account-repartition", setup.app),
+        ),
+        (
+            "changelog",
+            format!("{}-fold_account-open-changelog", setup.app),
+        ),
+    ] {
+        for record in read_to_end(&topic, Duration::from_secs(60)) {
+            let key = record.key.clone().unwrap_or_default();
+            if !keys.contains(&key) {
+                continue;
+            }
+            let label = record.header("streamfold.txn").unwrap_or("-");
+            let detail = if what == "repartition" {
+                format!("from {}", record.header("streamfold.src").unwrap_or("?"))
+            } else {
+                let fold: Value =
+                    serde_json::from_slice(record.payload.as_deref().unwrap_or(b"null"))
+                        .unwrap_or(Value::Null);
+                format!(
+                    "count {}, acc {}, positions {}",
+                    fold["count"],
+                    fold["acc"],
+                    record.header("streamfold.pos").unwrap_or("?")
+                )
+            };
+            out += &format!(
+                "  {key} {what} {}/{}: {detail}, txn {label} ({})\n",
+                record.partition,
+                record.offset,
+                fate(label)
+            );
+        }
+    }
+    out
 }
 
 /// How long each explicit abort took, from the logs.
@@ -471,7 +530,7 @@ fn run(scenario: Scenario) {
         live.len()
     );
     if !setup.timers {
-        assert_open_folds(&live, FIRST % MAX_EVENTS, &setup.source, &logs);
+        assert_open_folds(&live, FIRST % MAX_EVENTS, &setup, &logs);
     }
     std::fs::remove_dir_all(setup.state()).unwrap();
     if scenario.in_restore() {
