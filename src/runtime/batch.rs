@@ -58,6 +58,10 @@ pub(super) struct Scratch {
     pub(super) more_due: bool,
     /// The failure that stopped the task's share, if one did.
     pub(super) error: Option<RuntimeError>,
+    /// Messages skipped because they lie behind the task's position: the
+    /// first of them, as `(topic, offset, position)`, and how many.
+    pub(super) behind: Option<(String, i64, i64)>,
+    pub(super) behind_count: u64,
 }
 
 /// One message a task handled.
@@ -76,6 +80,8 @@ impl Scratch {
         self.outputs.clear();
         self.more_due = false;
         self.error = None;
+        self.behind = None;
+        self.behind_count = 0;
     }
 }
 
@@ -145,6 +151,22 @@ pub(super) fn handle(
     task.set_processing_time(shared.now);
     for &(index, input) in &scratch.messages {
         let message = &shared.batch[index].0;
+        // Behind the task's position: processed already. Only the engine
+        // moves a task back (a rewind seeks it, and its state, to the last
+        // commit), but librdkafka can move a partition back on its own: an
+        // offset query its timer resends after an outdated reply resets an
+        // active partition to `auto.offset.reset` without a version barrier
+        // (RELIABILITY.md, finding 14). Processed again, such a record
+        // would count twice.
+        if let Some(next) = cursor.positions[input]
+            && message.offset() < next
+        {
+            scratch.behind_count += 1;
+            scratch
+                .behind
+                .get_or_insert_with(|| (message.topic().to_string(), message.offset(), next));
+            continue;
+        }
         let headers = wire::headers(message);
         let origin = wire::origin(message, &headers);
         let timestamp = wire::timestamp(message, shared.now);

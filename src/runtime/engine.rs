@@ -1039,6 +1039,12 @@ impl Engine {
         let handled = scratch.handled.len() as u64;
         self.consumed_unreported += handled;
         self.consumed_uncommitted += handled;
+        if let Some((topic, offset, position)) = scratch.behind.take() {
+            let skipped = std::mem::take(&mut scratch.behind_count);
+            tracing::warn!(task, %topic, offset, position, skipped, "The consumer delivered records behind the task's position again (processed already); skipped them.");
+            metrics::counter!(telemetry::RECORDS_BEHIND, "topology" => self.topology.name.clone())
+                .increment(skipped);
+        }
         let mut outputs = scratch.outputs.drain(..);
         let mut start = 0;
         let mut result = Ok(());
@@ -1180,6 +1186,20 @@ impl Engine {
         }
         self.now = wall_clock_ms();
         let now = Instant::now();
+        if self.cycle.txn.take_consumer_rewind() {
+            // Test hook: the consumer alone goes back, as librdkafka's
+            // offset-query timer can move it (RELIABILITY.md, finding 14).
+            for (&task, _) in self.tasks.iter().filter(|(_, s)| s.running) {
+                for input in &self.inputs {
+                    consumer.seek(
+                        &input.topic,
+                        task,
+                        Offset::Beginning,
+                        Duration::from_secs(10),
+                    )?;
+                }
+            }
+        }
         self.cycle.txn.poll();
         self.fetch_committed_offsets(consumer)?;
         if self.restorer.is_restoring() {

@@ -129,6 +129,7 @@ pub fn register_topology(topology: &Topology) {
     let _ = ::metrics::histogram!(telemetry::ABORT_DURATION);
     ::metrics::counter!(telemetry::RECORDS_CONSUMED, "topology" => app.to_string()).increment(0);
     ::metrics::counter!(telemetry::RECORDS_COMMITTED, "topology" => app.to_string()).increment(0);
+    ::metrics::counter!(telemetry::RECORDS_BEHIND, "topology" => app.to_string()).increment(0);
     // An instance-level level: no task runs yet. (The number of missing
     // source topics is set once it is known, by the wait for them.)
     ::metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => app.to_string()).set(0.0);

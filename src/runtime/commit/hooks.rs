@@ -68,9 +68,14 @@ pub enum FaultAction {
     /// does (a long GC pause, a stalled VM) until it gets SIGCONT: what it
     /// had queued in the producer stays queued.
     Freeze,
+    /// Move every running task's input partitions back to their beginning
+    /// behind the engine's back, as librdkafka's offset-query timer can
+    /// (RELIABILITY.md, finding 14): records already processed come again
+    /// while the tasks' state and positions are where they were.
+    Rewind,
 }
 
-/// A fault to inject: `<point>:<abort|kill|freeze>[@<n>]`, at the `n`-th time
+/// A fault to inject: `<point>:<abort|kill|freeze|rewind>[@<n>]`, at the `n`-th time
 /// (default: the first) the cycle reaches `point`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fault {
@@ -93,9 +98,9 @@ impl FromStr for Fault {
             ),
             None => (text, 1),
         };
-        let (point, action) = spec
-            .split_once(':')
-            .ok_or_else(|| format!("expected <point>:<abort|kill|freeze>[@n], found `{text}`"))?;
+        let (point, action) = spec.split_once(':').ok_or_else(|| {
+            format!("expected <point>:<abort|kill|freeze|rewind>[@n], found `{text}`")
+        })?;
         let point = FaultPoint::ALL
             .iter()
             .find(|(_, n)| *n == point)
@@ -111,9 +116,10 @@ impl FromStr for Fault {
             "abort" => FaultAction::Abort,
             "kill" => FaultAction::Kill,
             "freeze" => FaultAction::Freeze,
+            "rewind" => FaultAction::Rewind,
             other => {
                 return Err(format!(
-                    "unknown fault action `{other}` (abort, kill or freeze)"
+                    "unknown fault action `{other}` (abort, kill, freeze or rewind)"
                 ));
             }
         };
@@ -146,6 +152,8 @@ pub struct TestHooks {
 pub(super) struct Faults {
     faults: Vec<Fault>,
     hits: [u32; FaultPoint::ALL.len()],
+    /// A `rewind` fired and the engine has not moved the consumer yet.
+    rewind: bool,
 }
 
 impl Faults {
@@ -154,6 +162,11 @@ impl Faults {
             faults,
             ..Faults::default()
         }
+    }
+
+    /// Whether a `rewind` fired since the last call.
+    pub(super) fn take_rewind(&mut self) -> bool {
+        std::mem::take(&mut self.rewind)
     }
 
     pub(super) fn check(&mut self, point: FaultPoint) -> Result<(), CommitError> {
@@ -207,6 +220,15 @@ impl Faults {
                     libc::raise(libc::SIGSTOP);
                 }
                 tracing::warn!(point = point.name(), "Woken up (SIGCONT).");
+                Ok(())
+            }
+            FaultAction::Rewind => {
+                tracing::warn!(
+                    point = point.name(),
+                    hit = hits,
+                    "Injected fault: the consumer goes back to the beginning of every partition."
+                );
+                self.rewind = true;
                 Ok(())
             }
         }

@@ -484,6 +484,12 @@ impl Transactions {
         self.faults.check(point)
     }
 
+    /// Whether an injected `rewind` fault asks the engine to move the
+    /// consumer back (test hook).
+    pub(crate) fn take_consumer_rewind(&mut self) -> bool {
+        self.faults.take_rewind()
+    }
+
     /// Starts a transaction if none is open (a no-op at least once).
     pub(crate) fn begin(&mut self) -> Result<(), CommitError> {
         if self.in_transaction {
