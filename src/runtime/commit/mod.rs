@@ -110,6 +110,9 @@ pub enum CommitError {
 pub(crate) struct Deliveries {
     offsets: HashMap<(usize, i32), i64>,
     failure: Option<String>,
+    /// The first failure that said another producer with this
+    /// transactional id took over (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH).
+    fenced: Option<String>,
     /// Topic and [`record_size`] of each record refused as too large.
     refused: Vec<(String, usize)>,
 }
@@ -140,6 +143,10 @@ impl ProducerContext for DeliveryContext {
             Err((error, message)) => {
                 if deliveries.failure.is_none() {
                     deliveries.failure = Some(error.to_string());
+                }
+                if deliveries.fenced.is_none() && error.rdkafka_error_code().is_some_and(is_fencing)
+                {
+                    deliveries.fenced = Some(error.to_string());
                 }
                 if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
                     use rdkafka::Message;
@@ -399,9 +406,25 @@ impl Transactions {
         }
     }
 
+    /// A fencing error: another producer took this transactional id, or,
+    /// for a transaction open longer than its timeout, the coordinator
+    /// aborted it (reported the same way), which a new producer survives.
+    fn fenced(&self, reason: String) -> CommitError {
+        if self.began.is_some_and(|t| t.elapsed() >= self.timeout) {
+            CommitError::Fatal(format!(
+                "the transaction was open longer than transaction.timeout.ms ({} ms) and the \
+                 coordinator aborted it: {reason}",
+                self.timeout.as_millis()
+            ))
+        } else {
+            CommitError::Fenced(reason)
+        }
+    }
+
     /// What an error from the producer means: its fatal error, when it has
     /// one, tells fencing (another process took our transactional id) from
-    /// other fatal failures; otherwise the error's own class.
+    /// other fatal failures; otherwise the error's own class, or a fencing
+    /// the delivery reports tell of.
     ///
     /// A transaction that stayed open past `transaction.timeout.ms` is
     /// aborted by the coordinator, which bumps the producer epoch: the
@@ -409,18 +432,7 @@ impl Transactions {
     /// its id. That is a fatal error of this producer (the member rejoins
     /// with a new one), not a reason to stop for good.
     fn error(&self, error: KafkaError) -> CommitError {
-        let timed_out = self.began.is_some_and(|t| t.elapsed() >= self.timeout);
-        let fenced = |reason: String| {
-            if timed_out {
-                CommitError::Fatal(format!(
-                    "the transaction was open longer than transaction.timeout.ms ({} ms) and the \
-                     coordinator aborted it: {reason}",
-                    self.timeout.as_millis()
-                ))
-            } else {
-                CommitError::Fenced(reason)
-            }
-        };
+        let fenced = |reason: String| self.fenced(reason);
         match self.producer.client().fatal_error() {
             Some((code, reason)) => {
                 let reason = format!("{reason} (after: {error})");
@@ -430,11 +442,23 @@ impl Transactions {
                     CommitError::Fatal(reason)
                 }
             }
-            None => match classify(error) {
-                CommitError::Fenced(reason) => fenced(reason),
-                other => other,
+            None => match (classify(error), self.fenced_delivery()) {
+                (CommitError::Fenced(reason), _) => fenced(reason),
+                // A produce the broker refused as fenced puts the
+                // transaction in an abortable state, and the calls after
+                // it fail with that state, not with the cause: the delivery
+                // reports have it.
+                (other, Some(cause)) => fenced(format!("{cause} (after: {other})")),
+                (other, None) => other,
             },
         }
+    }
+
+    /// Why a record of the open transaction was refused as fenced, if one
+    /// was (serving the delivery reports already waiting first).
+    fn fenced_delivery(&self) -> Option<String> {
+        self.producer.poll(Duration::ZERO);
+        self.deliveries().fenced.clone()
     }
 
     /// Registers a topic whose delivered offsets are reported at commit;
@@ -589,6 +613,11 @@ impl Transactions {
         let mut deliveries = std::mem::take(&mut *self.deliveries());
         self.learn_refusals(&deliveries.refused);
         flushed.map_err(|e| self.error(e))?;
+        if let Some(cause) = deliveries.fenced.take() {
+            // Kept for the abort that follows, which then has nothing to do.
+            self.deliveries().fenced = Some(cause.clone());
+            return Err(self.fenced(cause));
+        }
         if let Some(failure) = deliveries.failure.take() {
             // Redo the work: a transaction with a lost record must not
             // commit, and at least once it has to be produced again.
@@ -737,6 +766,16 @@ impl Transactions {
             return Ok(());
         }
         let started = Instant::now();
+        // Fenced by another producer with this transactional id: nothing to
+        // abort (its `init_transactions` aborted this transaction), and
+        // librdkafka would wait out the whole timeout trying.
+        if self.exactly_once
+            && let Some(cause) = self.fenced_delivery()
+            && let fenced @ CommitError::Fenced(_) = self.fenced(cause)
+        {
+            self.in_transaction = false;
+            return Err(fenced);
+        }
         self.in_transaction = false;
         self.aborted += 1;
         metrics::counter!(crate::telemetry::TRANSACTIONS_ABORTED).increment(1);
