@@ -778,14 +778,17 @@ fn replaced_while_frozen(name: &str, freeze: Option<(&str, bool)>, static_member
     config.state_dir = dir.path().join("state-b");
     let successor = App::start(&config, dir.path());
     let (woken, last) = (total / 2..total * 3 / 4, total * 3 / 4..total);
-    produce_range(&producer, &names.source, woken, accounts);
-    wait_committed_to(
-        &successor,
-        &names.app,
-        &names.source,
-        &producer.ends(&names.source, 4),
-        Duration::from_secs(240),
-    );
+    let successor_commits = |range: std::ops::Range<u64>| {
+        produce_range(&producer, &names.source, range, accounts);
+        wait_committed_to(
+            &successor,
+            &names.app,
+            &names.source,
+            &producer.ends(&names.source, 4),
+            Duration::from_secs(240),
+        );
+    };
+    successor_commits(woken);
 
     // The zombie wakes up, finds itself fenced, and stops on its own: a
     // static member at once (the group refuses its id), a dynamic one once
@@ -814,15 +817,8 @@ fn replaced_while_frozen(name: &str, freeze: Option<(&str, bool)>, static_member
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    produce_range(&producer, &names.source, last, accounts);
+    successor_commits(last);
     expect_fenced(zombie.take());
-    wait_committed_to(
-        &successor,
-        &names.app,
-        &names.source,
-        &producer.ends(&names.source, 4),
-        Duration::from_secs(240),
-    );
     successor.assert_running();
     let outputs = read_to_end(&names.folded, Duration::from_secs(60));
 
