@@ -1155,6 +1155,37 @@ impl TxnJournal {
         }
     }
 
+    /// The transactions that committed: those the journal saw commit, and
+    /// those in doubt at a kill whose fate the broker's answer tells was a
+    /// commit ([`Self::fate`]). One whose fate no later owner's offsets
+    /// tell (a fenced process stopped in its commit) is left out: a judge
+    /// counting only these fails if its records were the only copy, and
+    /// names it with [`Self::describe`].
+    pub fn committed_or_resolved(&self) -> std::collections::BTreeSet<String> {
+        let mut committed = self.committed.clone();
+        committed.extend(
+            self.in_doubt()
+                .into_iter()
+                .filter(|label| self.fate(label) == Fate::Committed),
+        );
+        committed
+    }
+
+    /// What the journal tells of `label`, for a failure message.
+    pub fn describe(&self, label: &str) -> String {
+        if self.committed.contains(label) {
+            "committed".into()
+        } else if self.aborted.contains(label) {
+            "aborted".into()
+        } else if self.committing.contains(label) {
+            format!("in doubt at a kill, {:?}", self.fate(label))
+        } else if self.begun.contains(label) {
+            "open at a kill".into()
+        } else {
+            "not in the journal".into()
+        }
+    }
+
     /// Began, and neither committed nor aborted.
     pub fn open_at_kill(&self) -> std::collections::BTreeSet<String> {
         self.uncommitted()

@@ -25,6 +25,11 @@ pub enum FaultPoint {
     Offsets,
     /// Every record is acknowledged; the commit request is next.
     Commit,
+    /// The broker acknowledged the commit (at least once: the offsets are
+    /// committed) and the journal does not know yet: a kill here leaves a
+    /// transaction in doubt that did commit, as a kill while the commit
+    /// request is in flight can.
+    Acked,
     /// The transaction committed; the tasks' state is not applied yet.
     Committed,
     /// A batch of changelog records was restored into a task's store.
@@ -37,11 +42,12 @@ pub enum FaultPoint {
 }
 
 impl FaultPoint {
-    const ALL: [(FaultPoint, &'static str); 8] = [
+    const ALL: [(FaultPoint, &'static str); 9] = [
         (FaultPoint::Begin, "begin"),
         (FaultPoint::Sent, "sent"),
         (FaultPoint::Offsets, "offsets"),
         (FaultPoint::Commit, "commit"),
+        (FaultPoint::Acked, "acked"),
         (FaultPoint::Committed, "committed"),
         (FaultPoint::Restore, "restore"),
         (FaultPoint::Timers, "timers"),
@@ -124,7 +130,10 @@ impl FromStr for Fault {
             }
         };
         if action == FaultAction::Abort
-            && matches!(point, FaultPoint::Committed | FaultPoint::Restore)
+            && matches!(
+                point,
+                FaultPoint::Acked | FaultPoint::Committed | FaultPoint::Restore
+            )
         {
             return Err(format!(
                 "`{}` can only be killed: there is no transaction to abort there",

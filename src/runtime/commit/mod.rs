@@ -496,6 +496,19 @@ impl Transactions {
         }
     }
 
+    /// Journals the offsets the transaction asks to commit, and that it
+    /// asks: from here until `committed` the outcome is in doubt, as a
+    /// process killed meanwhile may or may not have committed.
+    fn journal_committing(&mut self, offsets: &TopicPartitionList) {
+        if self.journal.is_some() {
+            let label = self.txn_label();
+            if let Some(journal) = &mut self.journal {
+                journal.offsets("offsets", &label, offsets);
+            }
+        }
+        self.journal("committing");
+    }
+
     /// Journals the group's committed offsets as a new task read them.
     pub(crate) fn journal_fetched(&mut self, offsets: &TopicPartitionList) {
         if let Some(journal) = &mut self.journal {
@@ -636,6 +649,7 @@ impl Transactions {
         } else {
             self.commit_at_least_once(consumer, &offsets)?;
         }
+        self.fault(FaultPoint::Acked)?;
         self.in_transaction = false;
         self.began = None;
         self.committed += 1;
@@ -702,15 +716,7 @@ impl Transactions {
         self.fault(FaultPoint::Offsets)?;
         let offsets_sent = started.elapsed();
         self.fault(FaultPoint::Commit)?;
-        // From here until `committed` the outcome is in doubt: a process
-        // killed meanwhile may or may not have committed.
-        if self.journal.is_some() {
-            let label = self.txn_label();
-            if let Some(journal) = &mut self.journal {
-                journal.offsets("offsets", &label, offsets);
-            }
-        }
-        self.journal("committing");
+        self.journal_committing(offsets);
         let mut attempts = 0;
         loop {
             match self.producer.commit_transaction(TXN_TIMEOUT) {
@@ -739,6 +745,7 @@ impl Transactions {
         // are "records acknowledged, offsets not committed".
         self.fault(FaultPoint::Offsets)?;
         self.fault(FaultPoint::Commit)?;
+        self.journal_committing(offsets);
         if offsets.count() > 0 {
             consumer
                 .commit(offsets, rdkafka::consumer::CommitMode::Sync)
