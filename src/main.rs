@@ -82,7 +82,7 @@ enum Command {
         #[arg(long, hide = true)]
         txn_journal: Option<PathBuf>,
         /// Testing aid: inject faults into the commit cycle,
-        /// `<point>:<abort|kill|freeze|rewind>[@n]`, repeated or comma-separated (points:
+        /// `<point>:<abort|kill|freeze|rewind|offsetless>[@n]`, repeated or comma-separated (points:
         /// begin, batch, sent, offsets, commit, acked, committed, restore, timers).
         #[arg(long, hide = true, value_delimiter = ',')]
         inject_fault: Vec<streamfold::runtime::commit::Fault>,

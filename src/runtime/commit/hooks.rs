@@ -79,9 +79,14 @@ pub enum FaultAction {
     /// (RELIABILITY.md, finding 14): records already processed come again
     /// while the tasks' state and positions are where they were.
     Rewind,
+    /// From here until the transaction ends, the broker acknowledges its
+    /// changelog records without their offsets, as librdkafka reports a
+    /// record persisted by a produce retried after its reply was lost (a
+    /// broker restart; RELIABILITY.md, finding 16).
+    Offsetless,
 }
 
-/// A fault to inject: `<point>:<abort|kill|freeze|rewind>[@<n>]`, at the `n`-th time
+/// A fault to inject: `<point>:<abort|kill|freeze|rewind|offsetless>[@<n>]`, at the `n`-th time
 /// (default: the first) the cycle reaches `point`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fault {
@@ -105,7 +110,7 @@ impl FromStr for Fault {
             None => (text, 1),
         };
         let (point, action) = spec.split_once(':').ok_or_else(|| {
-            format!("expected <point>:<abort|kill|freeze|rewind>[@n], found `{text}`")
+            format!("expected <point>:<abort|kill|freeze|rewind|offsetless>[@n], found `{text}`")
         })?;
         let point = FaultPoint::ALL
             .iter()
@@ -123,9 +128,10 @@ impl FromStr for Fault {
             "kill" => FaultAction::Kill,
             "freeze" => FaultAction::Freeze,
             "rewind" => FaultAction::Rewind,
+            "offsetless" => FaultAction::Offsetless,
             other => {
                 return Err(format!(
-                    "unknown fault action `{other}` (abort, kill, freeze or rewind)"
+                    "unknown fault action `{other}` (abort, kill, freeze, rewind or offsetless)"
                 ));
             }
         };
@@ -163,6 +169,8 @@ pub(super) struct Faults {
     hits: [u32; FaultPoint::ALL.len()],
     /// A `rewind` fired and the engine has not moved the consumer yet.
     rewind: bool,
+    /// An `offsetless` fired and the delivery reports do not know yet.
+    offsetless: bool,
 }
 
 impl Faults {
@@ -176,6 +184,11 @@ impl Faults {
     /// Whether a `rewind` fired since the last call.
     pub(super) fn take_rewind(&mut self) -> bool {
         std::mem::take(&mut self.rewind)
+    }
+
+    /// Whether an `offsetless` fired since the last call.
+    pub(super) fn take_offsetless(&mut self) -> bool {
+        std::mem::take(&mut self.offsetless)
     }
 
     pub(super) fn check(&mut self, point: FaultPoint) -> Result<(), CommitError> {
@@ -238,6 +251,16 @@ impl Faults {
                     "Injected fault: the consumer goes back to the beginning of every partition."
                 );
                 self.rewind = true;
+                Ok(())
+            }
+            FaultAction::Offsetless => {
+                tracing::warn!(
+                    point = point.name(),
+                    hit = hits,
+                    "Injected fault: the transaction's changelog records are acknowledged without \
+                     their offsets."
+                );
+                self.offsetless = true;
                 Ok(())
             }
         }
@@ -324,6 +347,11 @@ mod tests {
         assert_eq!("sent:abort".parse::<Fault>().map(|f| f.nth), Ok(1));
         assert!("committed:abort".parse::<Fault>().is_err());
         assert!("restore:abort".parse::<Fault>().is_err());
+        assert!("acked:abort".parse::<Fault>().is_err());
+        assert_eq!(
+            "begin:offsetless@7".parse::<Fault>().map(|f| f.action),
+            Ok(FaultAction::Offsetless)
+        );
         assert!(
             "nowhere:kill"
                 .parse::<Fault>()

@@ -104,6 +104,10 @@ pub enum CommitError {
     Fatal(String),
 }
 
+/// librdkafka's `RD_KAFKA_OFFSET_INVALID`: the offset of a delivered
+/// record it does not know.
+const OFFSET_INVALID: i64 = -1001;
+
 /// Delivery reports: the highest offset produced per tracked partition,
 /// the first failure, and the records the broker refused as too large.
 #[derive(Default)]
@@ -115,6 +119,15 @@ pub(crate) struct Deliveries {
     fenced: Option<String>,
     /// Topic and [`record_size`] of each record refused as too large.
     refused: Vec<(String, usize)>,
+    /// The first tracked partition a record was acknowledged in without
+    /// its offset: librdkafka does so for a record a retried produce
+    /// found persisted already (its first reply lost, e.g. in a broker
+    /// restart). Where this transaction's changelog records end is then
+    /// unknown, and the next transaction could not name it.
+    offsetless: Option<(usize, i32)>,
+    /// Test fault `offsetless`: report every tracked record of this
+    /// transaction as librdkafka does one whose offset it does not know.
+    forget_offsets: bool,
 }
 
 pub(crate) struct DeliveryContext {
@@ -133,11 +146,21 @@ impl ProducerContext for DeliveryContext {
             Ok(message) => {
                 if tracked > 0 {
                     use rdkafka::Message;
+                    let offset = if deliveries.forget_offsets {
+                        OFFSET_INVALID
+                    } else {
+                        message.offset()
+                    };
+                    if offset < 0 {
+                        deliveries
+                            .offsetless
+                            .get_or_insert((tracked, message.partition()));
+                    }
                     let slot = deliveries
                         .offsets
                         .entry((tracked, message.partition()))
                         .or_insert(-1);
-                    *slot = (*slot).max(message.offset());
+                    *slot = (*slot).max(offset);
                 }
             }
             Err((error, message)) => {
@@ -518,7 +541,11 @@ impl Transactions {
 
     /// Reaches `point` of the cycle: an injected fault there fires.
     pub(crate) fn fault(&mut self, point: FaultPoint) -> Result<(), CommitError> {
-        self.faults.check(point)
+        let result = self.faults.check(point);
+        if self.faults.take_offsetless() {
+            self.deliveries().forget_offsets = true;
+        }
+        result
     }
 
     /// Whether an injected `rewind` fault asks the engine to move the
@@ -636,6 +663,17 @@ impl Transactions {
             // commit, and at least once it has to be produced again.
             return Err(CommitError::Aborted(format!(
                 "a record was not delivered: {failure}"
+            )));
+        }
+        if let Some((topic, partition)) = deliveries.offsetless {
+            // Redo the work too: committed, its changelog records would end
+            // at an unknown offset, and the next transaction's base (where
+            // the last committed writer ended) would disown them in a
+            // restore.
+            return Err(CommitError::Aborted(format!(
+                "the broker acknowledged a record of {} [{partition}] without its offset (a \
+                 produce retried after its reply was lost)",
+                self.tracked[topic]
             )));
         }
         let delivered: HashMap<(String, i32), i64> = deliveries
