@@ -804,16 +804,16 @@ fn replaced_while_frozen(name: &str, freeze: Option<(&str, bool)>, static_member
     // the last part gives it something to produce.
     let started = zombie.log_text().matches("Task running.").count();
     zombie.resume();
-    let mut zombie = Some(zombie);
     if static_membership {
-        expect_fenced(zombie.take());
-    } else if let Some(member) = &zombie {
+        expect_fenced(zombie);
+        successor_commits(last);
+    } else {
         // Back in the group as a new member: it stops at once if it woke
         // inside a transaction, else once it runs tasks of its own again
         // and the last part gives them work.
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
-            let log = member.log_text();
+            let log = zombie.log_text();
             if log.contains("this instance was fenced")
                 || log.matches("Task running.").count() > started
             {
@@ -825,9 +825,9 @@ fn replaced_while_frozen(name: &str, freeze: Option<(&str, bool)>, static_member
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        successor_commits(last);
+        expect_fenced(zombie);
     }
-    successor_commits(last);
-    expect_fenced(zombie.take());
     successor.assert_running();
     let outputs = read_to_end(&names.folded, Duration::from_secs(60));
 
@@ -840,12 +840,8 @@ fn replaced_while_frozen(name: &str, freeze: Option<(&str, bool)>, static_member
     successor.stop();
 }
 
-/// A zombie (if not already seen to) stops by itself, fenced, without
-/// rejoining the group.
-fn expect_fenced(zombie: Option<App>) {
-    let Some(zombie) = zombie else {
-        return;
-    };
+/// A zombie stops by itself, fenced, without rejoining the group.
+fn expect_fenced(zombie: App) {
     let (status, log) = zombie.wait_exit(Duration::from_secs(90));
     assert!(!status.success(), "{log}");
     assert!(log.contains("this instance was fenced"), "{log}");

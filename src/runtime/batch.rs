@@ -58,10 +58,17 @@ pub(super) struct Scratch {
     pub(super) more_due: bool,
     /// The failure that stopped the task's share, if one did.
     pub(super) error: Option<RuntimeError>,
-    /// Messages skipped because they lie behind the task's position: the
-    /// first of them, as `(topic, offset, position)`, and how many.
-    pub(super) behind: Option<(String, i64, i64)>,
-    pub(super) behind_count: u64,
+    /// Messages skipped because they lie behind the task's position.
+    pub(super) behind: Option<Behind>,
+}
+
+/// Messages a task skipped in one round because they lie behind its
+/// position: the first of them, and how many.
+pub(super) struct Behind {
+    pub(super) topic: String,
+    pub(super) offset: i64,
+    pub(super) position: i64,
+    pub(super) count: u64,
 }
 
 /// One message a task handled.
@@ -81,7 +88,6 @@ impl Scratch {
         self.more_due = false;
         self.error = None;
         self.behind = None;
-        self.behind_count = 0;
     }
 }
 
@@ -161,10 +167,15 @@ pub(super) fn handle(
         if let Some(next) = cursor.positions[input]
             && message.offset() < next
         {
-            scratch.behind_count += 1;
             scratch
                 .behind
-                .get_or_insert_with(|| (message.topic().to_string(), message.offset(), next));
+                .get_or_insert_with(|| Behind {
+                    topic: message.topic().to_string(),
+                    offset: message.offset(),
+                    position: next,
+                    count: 0,
+                })
+                .count += 1;
             continue;
         }
         let headers = wire::headers(message);

@@ -1039,8 +1039,13 @@ impl Engine {
         let handled = scratch.handled.len() as u64;
         self.consumed_unreported += handled;
         self.consumed_uncommitted += handled;
-        if let Some((topic, offset, position)) = scratch.behind.take() {
-            let skipped = std::mem::take(&mut scratch.behind_count);
+        if let Some(behind) = scratch.behind.take() {
+            let super::batch::Behind {
+                topic,
+                offset,
+                position,
+                count: skipped,
+            } = behind;
             tracing::warn!(task, %topic, offset, position, skipped, "The consumer delivered records behind the task's position again (processed already); skipped them.");
             metrics::counter!(telemetry::RECORDS_BEHIND, "topology" => self.topology.name.clone())
                 .increment(skipped);

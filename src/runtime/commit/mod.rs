@@ -455,23 +455,22 @@ impl Transactions {
     /// its id. That is a fatal error of this producer (the member rejoins
     /// with a new one), not a reason to stop for good.
     fn error(&self, error: KafkaError) -> CommitError {
-        let fenced = |reason: String| self.fenced(reason);
         match self.producer.client().fatal_error() {
             Some((code, reason)) => {
                 let reason = format!("{reason} (after: {error})");
                 if is_fencing(code) {
-                    fenced(reason)
+                    self.fenced(reason)
                 } else {
                     CommitError::Fatal(reason)
                 }
             }
             None => match (classify(error), self.fenced_delivery()) {
-                (CommitError::Fenced(reason), _) => fenced(reason),
+                (CommitError::Fenced(reason), _) => self.fenced(reason),
                 // A produce the broker refused as fenced puts the
                 // transaction in an abortable state, and the calls after
                 // it fail with that state, not with the cause: the delivery
                 // reports have it.
-                (other, Some(cause)) => fenced(format!("{cause} (after: {other})")),
+                (other, Some(cause)) => self.fenced(format!("{cause} (after: {other})")),
                 (other, None) => other,
             },
         }
