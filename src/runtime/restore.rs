@@ -136,6 +136,27 @@ struct Replay {
     /// The last position stamp seen and the position rule's verdict on
     /// it: a transaction's records all carry the same stamp.
     stamp: Option<(Vec<u8>, Verdict)>,
+    /// The highest base of this changelog seen in the replay.
+    base: Option<i64>,
+}
+
+/// `base`, a new transaction's base of the partition being replayed, as
+/// the writer chain may use it. Bases only grow along a partition (each
+/// names where the last committed writer before its transaction ended,
+/// and that writer is never older than the one an earlier transaction
+/// named), so one behind a base seen before is wrong and decides nothing
+/// (`Err`): streamfold before RELIABILITY.md finding 16 wrote 0 after a
+/// changelog record acknowledged without its offset, which would disown
+/// the committed records held before it.
+fn chain_base(seen: &mut Option<i64>, base: Option<i64>) -> Result<Option<i64>, i64> {
+    match (base, *seen) {
+        (Some(base), Some(before)) if base < before => Err(base),
+        (Some(base), _) => {
+            *seen = Some(base);
+            Ok(Some(base))
+        }
+        (None, _) => Ok(None),
+    }
 }
 
 impl Replay {
@@ -144,6 +165,7 @@ impl Replay {
             resume,
             held: Vec::new(),
             stamp: None,
+            base: None,
         }
     }
 
@@ -351,6 +373,12 @@ impl ChangelogReader {
                     // changelogs are claims for them.
                     let bases = stamps.base.and_then(ChangelogOffsets::decode);
                     let base = bases.as_ref().and_then(|b| b.0.get(topic).copied());
+                    // A wrong base leaves the held records to the position
+                    // rule.
+                    let base = chain_base(&mut replay.base, base).unwrap_or_else(|_| {
+                        decide.progress.distrusted_bases += 1;
+                        None
+                    });
                     if let (Some(bases), Some(restoring)) = (bases, tasks.get_mut(&task)) {
                         for (topic, base) in bases.0 {
                             let claim = restoring.claims.entry(topic).or_insert(base);
@@ -397,6 +425,8 @@ pub(crate) struct Progress {
     pub(crate) never_committed: u64,
     /// Records applied although their transaction could not be verified.
     pub(crate) unverified: u64,
+    /// Bases behind an earlier one of the same partition, not trusted.
+    pub(crate) distrusted_bases: u64,
     /// Every changelog partition of the task is caught up.
     pub(crate) done: bool,
     /// The latest event time stamped on an applied record.
@@ -422,6 +452,7 @@ struct Restoring {
     skipped: u64,
     never_committed: u64,
     unverified: u64,
+    distrusted_bases: u64,
 }
 
 pub(crate) struct Restorer {
@@ -529,6 +560,7 @@ impl Restorer {
                 skipped: 0,
                 never_committed: 0,
                 unverified: 0,
+                distrusted_bases: 0,
             },
         );
         Ok(())
@@ -648,6 +680,7 @@ impl Restorer {
                 restoring.skipped += p.skipped;
                 restoring.unverified += p.unverified;
                 restoring.never_committed += p.never_committed;
+                restoring.distrusted_bases += p.distrusted_bases;
             }
             if p.restored > 0 {
                 metrics::counter!(telemetry::RESTORE_RECORDS, "topology" => self.app.clone(), "partition" => task.to_string())
@@ -672,6 +705,16 @@ impl Restorer {
                          no committed offset. That is right after a crash before the first commit; \
                          if the group's offsets expired (offsets.retention.minutes), the state they \
                          held is gone and the inputs are re-read from auto.offset.reset."
+                    );
+                }
+                if done.distrusted_bases > 0 {
+                    tracing::warn!(
+                        task,
+                        bases = done.distrusted_bases,
+                        "Restore found changelog records naming a last committed writer behind one \
+                         named before them (written by streamfold before RELIABILITY.md finding 16, \
+                         after a record acknowledged without its offset); the records they would \
+                         have disowned were decided by their input positions instead."
                     );
                 }
                 if done.unverified > 0 {
@@ -761,6 +804,7 @@ mod tests {
             skipped: 0,
             never_committed: 0,
             unverified: 0,
+            distrusted_bases: 0,
         };
         let stamp = |offset: i64| Positions([(("in".to_string(), 0), offset)].into()).encode();
         let mut replay = Replay::new(0);
@@ -853,6 +897,31 @@ mod tests {
             (2, 1, 1)
         );
         assert_eq!(resume, 4);
+    }
+
+    /// Finding 16: a transaction committed records at 90 (its base 89);
+    /// the next one, written by a version that lost the offset of its
+    /// acknowledgement, names base 0. That base would disown offset 90;
+    /// it is behind the one before it, so the position rule decides.
+    #[test]
+    fn a_base_behind_an_earlier_one_decides_nothing() {
+        let mut seen = None;
+        assert_eq!(chain_base(&mut seen, Some(89)), Ok(Some(89)));
+        assert_eq!(chain_base(&mut seen, None), Ok(None));
+        assert_eq!(chain_base(&mut seen, Some(0)), Err(0));
+        assert_eq!(seen, Some(89), "a wrong base does not lower the floor");
+        assert_eq!(chain_base(&mut seen, Some(89)), Ok(Some(89)));
+        assert_eq!(chain_base(&mut seen, Some(134)), Ok(Some(134)));
+
+        let mut progress = Progress::default();
+        let mut resume = 0;
+        let mut decide = Decide {
+            progress: &mut progress,
+            resume: &mut resume,
+        };
+        let base = chain_base(&mut Some(89), Some(0)).unwrap_or(None);
+        decide.all(vec![held("a", 90..91)], base, None);
+        assert_eq!(applied(&progress), ["90"], "its stamp says it committed");
     }
 
     /// The group's offsets are gone: a base named by any record of the
