@@ -857,19 +857,6 @@ impl Operator for Fold {
         };
         ctx.count(NodeCounter::FoldEligible, 1);
 
-        // The open fold cannot take this event without passing the cap:
-        // it closes first, and the event opens the next fold.
-        let outgrown = match ctx.store(self.open).get(key)? {
-            Some(fold) => self.would_outgrow(fold, &values, fixed, bound),
-            None => false,
-        };
-        if outgrown && let Some(fold) = ctx.store(self.open).take(key)? {
-            if let (Some(at), true) = (fold.timer, self.timed) {
-                ctx.cancel_timer(self.clock, at, key)?;
-            }
-            self.close(key, fold, ClosedBy::MaxBytes, now, ctx);
-        }
-
         let merge = |fold: &mut OpenFold| {
             let mut bytes = fold.bytes.unwrap_or_else(|| content_bytes(&fold.acc)) as i64;
             for (((_, rule), acc), value) in self.fields.iter().zip(&mut fold.acc).zip(&values) {
@@ -878,41 +865,65 @@ impl Operator for Fold {
             }
             fold.bytes = Some(bytes.max(0) as u64);
         };
+        // A new fold for this event, and the timer it arms.
+        let open = || {
+            let mut fold = OpenFold {
+                opened: now,
+                touched: now,
+                first_ts: record.timestamp,
+                last_ts: record.timestamp,
+                count: 1,
+                timer: None,
+                acc: self
+                    .fields
+                    .iter()
+                    .map(|(_, r)| Acc::empty(r.rule))
+                    .collect(),
+                bytes: Some(0),
+            };
+            merge(&mut fold);
+            // A fold that closes on its first event needs no timer.
+            let closes_now = self.max_events.is_some_and(|max| max <= 1);
+            fold.timer = if closes_now {
+                None
+            } else {
+                self.deadline(&fold).map(|(at, _)| at)
+            };
+            fold
+        };
+        // One lookup of the open fold: it takes the event in place, or it
+        // cannot take it without passing the cap (`None` here: it closes
+        // first, and the event opens the next fold), or there is none.
         let mut store = ctx.store(self.open);
-        let (count, arm) = match store.get_mut(key)? {
+        let folded = match store.get_mut(key)? {
+            Some(fold) if self.would_outgrow(fold, &values, fixed, bound) => None,
             Some(fold) => {
                 fold.touched = fold.touched.max(now);
                 fold.last_ts = fold.last_ts.max(record.timestamp);
                 fold.first_ts = fold.first_ts.min(record.timestamp);
                 fold.count += 1;
                 merge(fold);
-                (fold.count, None)
+                Some((fold.count, None))
             }
             None => {
-                let mut fold = OpenFold {
-                    opened: now,
-                    touched: now,
-                    first_ts: record.timestamp,
-                    last_ts: record.timestamp,
-                    count: 1,
-                    timer: None,
-                    acc: self
-                        .fields
-                        .iter()
-                        .map(|(_, r)| Acc::empty(r.rule))
-                        .collect(),
-                    bytes: Some(0),
-                };
-                merge(&mut fold);
-                // A fold that closes on its first event needs no timer.
-                let closes_now = self.max_events.is_some_and(|max| max <= 1);
-                let arm = if closes_now {
-                    None
-                } else {
-                    self.deadline(&fold).map(|(at, _)| at)
-                };
-                fold.timer = arm;
+                let fold = open();
+                let arm = fold.timer;
                 store.put(key, fold);
+                Some((1, arm))
+            }
+        };
+        let (count, arm) = match folded {
+            Some(folded) => folded,
+            None => {
+                if let Some(fold) = ctx.store(self.open).take(key)? {
+                    if let (Some(at), true) = (fold.timer, self.timed) {
+                        ctx.cancel_timer(self.clock, at, key)?;
+                    }
+                    self.close(key, fold, ClosedBy::MaxBytes, now, ctx);
+                }
+                let fold = open();
+                let arm = fold.timer;
+                ctx.store(self.open).put(key, fold);
                 (1, arm)
             }
         };
