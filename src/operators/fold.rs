@@ -810,6 +810,16 @@ impl Fold {
     }
 }
 
+/// What the one lookup of a key's open fold found.
+enum Found {
+    /// A fold that took the event; its count now.
+    Merged(u64),
+    /// A fold the event would take past `max_bytes`.
+    Outgrown,
+    /// No open fold.
+    Absent,
+}
+
 impl Operator for Fold {
     fn count_gauges(&mut self, ctx: &mut Context<'_>) -> Result<(), OpError> {
         let open = ctx.store(self.open).count()?;
@@ -865,63 +875,53 @@ impl Operator for Fold {
             }
             fold.bytes = Some(bytes.max(0) as u64);
         };
-        // A new fold for this event, and the timer it arms.
-        let open = || {
-            let mut fold = OpenFold {
-                opened: now,
-                touched: now,
-                first_ts: record.timestamp,
-                last_ts: record.timestamp,
-                count: 1,
-                timer: None,
-                acc: self
-                    .fields
-                    .iter()
-                    .map(|(_, r)| Acc::empty(r.rule))
-                    .collect(),
-                bytes: Some(0),
-            };
-            merge(&mut fold);
-            // A fold that closes on its first event needs no timer.
-            let closes_now = self.max_events.is_some_and(|max| max <= 1);
-            fold.timer = if closes_now {
-                None
-            } else {
-                self.deadline(&fold).map(|(at, _)| at)
-            };
-            fold
-        };
         // One lookup of the open fold: it takes the event in place, or it
-        // cannot take it without passing the cap (`None` here: it closes
-        // first, and the event opens the next fold), or there is none.
-        let mut store = ctx.store(self.open);
-        let folded = match store.get_mut(key)? {
-            Some(fold) if self.would_outgrow(fold, &values, fixed, bound) => None,
+        // cannot take it without passing the cap (it closes first, and the
+        // event opens the next fold), or there is none.
+        let found = match ctx.store(self.open).get_mut(key)? {
+            Some(fold) if self.would_outgrow(fold, &values, fixed, bound) => Found::Outgrown,
             Some(fold) => {
                 fold.touched = fold.touched.max(now);
                 fold.last_ts = fold.last_ts.max(record.timestamp);
                 fold.first_ts = fold.first_ts.min(record.timestamp);
                 fold.count += 1;
                 merge(fold);
-                Some((fold.count, None))
+                Found::Merged(fold.count)
             }
-            None => {
-                let fold = open();
-                let arm = fold.timer;
-                store.put(key, fold);
-                Some((1, arm))
-            }
+            None => Found::Absent,
         };
-        let (count, arm) = match folded {
-            Some(folded) => folded,
-            None => {
-                if let Some(fold) = ctx.store(self.open).take(key)? {
+        let (count, arm) = match found {
+            Found::Merged(count) => (count, None),
+            Found::Outgrown | Found::Absent => {
+                if let Found::Outgrown = found
+                    && let Some(fold) = ctx.store(self.open).take(key)?
+                {
                     if let (Some(at), true) = (fold.timer, self.timed) {
                         ctx.cancel_timer(self.clock, at, key)?;
                     }
                     self.close(key, fold, ClosedBy::MaxBytes, now, ctx);
                 }
-                let fold = open();
+                // A new fold for this event, and the timer it arms.
+                let mut fold = OpenFold {
+                    opened: now,
+                    touched: now,
+                    first_ts: record.timestamp,
+                    last_ts: record.timestamp,
+                    count: 1,
+                    timer: None,
+                    acc: self
+                        .fields
+                        .iter()
+                        .map(|(_, r)| Acc::empty(r.rule))
+                        .collect(),
+                    bytes: Some(0),
+                };
+                merge(&mut fold);
+                // A fold that closes on its first event needs no timer.
+                let closes_now = self.max_events.is_some_and(|max| max <= 1);
+                if !closes_now {
+                    fold.timer = self.deadline(&fold).map(|(at, _)| at);
+                }
                 let arm = fold.timer;
                 ctx.store(self.open).put(key, fold);
                 (1, arm)
