@@ -313,9 +313,41 @@ fn app_config(
     (config, output)
 }
 
+/// Where the commits of a run went, from the instances' metrics: how many,
+/// their mean duration and that of each phase, and the share of the run's
+/// time an instance spent committing (no record is processed meanwhile).
+fn commit_summary(texts: &[String], seconds: f64) -> String {
+    let sum = |name: &str, phase: Option<&str>| -> f64 {
+        texts
+            .iter()
+            .flat_map(|text| series(text, name))
+            .filter(|(labels, _)| {
+                phase.is_none_or(|p| labels.get("phase").map(String::as_str) == Some(p))
+            })
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let commits = sum("streamfold_commit_duration_seconds_count", None);
+    let spent = sum("streamfold_commit_duration_seconds_sum", None);
+    let mean_ms = |seconds: f64| 1000.0 * seconds / commits.max(1.0);
+    let phases: Vec<String> = ["changelog", "flush", "offsets", "commit", "apply"]
+        .iter()
+        .map(|phase| {
+            let took = sum("streamfold_commit_phase_duration_seconds_sum", Some(phase));
+            format!("{phase} {:.1}", mean_ms(took))
+        })
+        .collect();
+    format!(
+        "{commits:.0} commits, mean {:.1} ms ({}), {:.0} % of the run's time per instance",
+        mean_ms(spent),
+        phases.join(", "),
+        100.0 * spent / (seconds * texts.len() as f64)
+    )
+}
+
 /// One streamfold run over the whole topic by `instances` instances with
 /// `threads` processing threads each: (records/s, peak RSS MiB of the
-/// largest).
+/// largest, [`commit_summary`]).
 fn streamfold_run(
     (workload, topic): (Workload, &str),
     events: u64,
@@ -323,7 +355,7 @@ fn streamfold_run(
     (threads, instances): (Option<usize>, usize),
     run_args: &[String],
     dir: &std::path::Path,
-) -> (f64, f64) {
+) -> (f64, f64, String) {
     let (mut config, _) = app_config(workload, topic, guarantee, dir);
     config
         .args
@@ -371,10 +403,12 @@ fn streamfold_run(
     let seconds = end
         .duration_since(first.expect("a first record"))
         .as_secs_f64();
+    let texts: Vec<String> = apps.iter().map(App::metrics_text).collect();
+    let commits = commit_summary(&texts, seconds);
     for app in apps {
         app.stop();
     }
-    (events as f64 / seconds, rss)
+    (events as f64 / seconds, rss, commits)
 }
 
 const QUIX_VERSION: &str = "3.28.1";
@@ -556,7 +590,7 @@ fn main() {
             let mut rates = Vec::new();
             let mut rss = Vec::new();
             for run in 0..o.repeat {
-                let (rate, peak) = streamfold_run(
+                let (rate, peak, commits) = streamfold_run(
                     (o.workload, &topic),
                     o.events,
                     guarantee,
@@ -568,6 +602,7 @@ fn main() {
                     "streamfold {label} run {run}: {rate:.0} records/s ({:.1}s), peak RSS {peak:.0} MiB",
                     o.events as f64 / rate
                 );
+                eprintln!("  commits: {commits}");
                 rates.push(rate);
                 rss.push(peak);
             }
@@ -677,7 +712,7 @@ fn main() {
         // harness: one small run each.
         for workload in [Workload::QuestionFeed, Workload::DistributedCounter] {
             let (topic, records) = produce(workload, 5_000, 100, o.partitions);
-            let (rate, _) = streamfold_run(
+            let (rate, _, _) = streamfold_run(
                 (workload, &topic),
                 records,
                 "exactly_once",

@@ -226,6 +226,21 @@ fn series_labels(series: &str) -> BTreeMap<String, String> {
 }
 
 /// Checks that `name{labels}` is exported (with `want`, when given).
+/// The steps of a commit `streamfold_commit_phase_duration_seconds` times.
+const COMMIT_PHASES: [&str; 5] = ["changelog", "flush", "offsets", "commit", "apply"];
+const PHASE_COUNT: &str = "streamfold_commit_phase_duration_seconds_count";
+
+/// The value of the series `name` with exactly `pairs` as labels; fails
+/// the test when it is not exported.
+fn metric_value(text: &str, name: &str, pairs: &[(&str, &str)]) -> f64 {
+    let wanted = labels(pairs);
+    series(text, name)
+        .into_iter()
+        .find(|(l, _)| *l == wanted)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("{name}{wanted:?} is not exported"))
+}
+
 fn expect(
     text: &str,
     name: &str,
@@ -316,6 +331,10 @@ fn every_counter_is_exported_at_zero_before_any_input() {
         "streamfold_transaction_abort_duration_seconds_count",
     ] {
         expect(&text, name, &none, Some(0.0), &mut problems);
+    }
+    for phase in COMMIT_PHASES {
+        let l = labels(&[("phase", phase)]);
+        expect(&text, PHASE_COUNT, &l, Some(0.0), &mut problems);
     }
     for name in [
         "streamfold_runtime_records_consumed_total",
@@ -572,6 +591,32 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
     ]
     .map(|(name, node)| node_metric(&text, name, topology, node));
     let log = app.stop();
+
+    // Every commit times each of its phases (the aborted one, those it
+    // reached). The scrape may fall inside a commit: the transaction is
+    // counted once Kafka committed it, before its state is applied and its
+    // whole duration recorded.
+    let committed = metric_value(&text, "streamfold_transactions_committed_total", &[]);
+    assert!(committed >= 1.0, "no commit; log:\n{log}");
+    let durations = metric_value(&text, "streamfold_commit_duration_seconds_count", &[]);
+    assert!(
+        durations == committed || durations == committed - 1.0,
+        "{durations} commit durations for {committed} commits"
+    );
+    for phase in COMMIT_PHASES {
+        let timed = metric_value(&text, PHASE_COUNT, &[("phase", phase)]);
+        // Applying comes after the count.
+        let lag = if phase == "apply" { 1.0 } else { 0.0 };
+        assert!(
+            timed >= committed - lag,
+            "phase {phase} timed {timed} times in {committed} commits"
+        );
+    }
+    let phases: BTreeSet<String> = series(&text, PHASE_COUNT)
+        .into_iter()
+        .filter_map(|(l, _)| l.get("phase").cloned())
+        .collect();
+    assert_eq!(phases, COMMIT_PHASES.map(String::from).into());
 
     let journal = TxnJournal::read(&journal);
     assert!(!journal.aborted.is_empty(), "the fault fired; log:\n{log}");

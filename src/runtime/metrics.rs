@@ -31,6 +31,12 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
             Matcher::Full(telemetry::COMMIT_DURATION.to_string()),
             COMMIT_BUCKETS,
         )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(telemetry::COMMIT_PHASE_DURATION.to_string()),
+                COMMIT_BUCKETS,
+            )
+        })
         .map_err(|e| e.to_string())?
         .install()
         .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
@@ -126,6 +132,9 @@ pub fn register_topology(topology: &Topology) {
     ::metrics::counter!(telemetry::TRANSACTIONS_ABORTED).increment(0);
     // Registered, a histogram shows a count and sum of 0.
     let _ = ::metrics::histogram!(telemetry::COMMIT_DURATION);
+    for phase in telemetry::CommitPhase::ALL {
+        let _ = ::metrics::histogram!(telemetry::COMMIT_PHASE_DURATION, "phase" => phase.label());
+    }
     let _ = ::metrics::histogram!(telemetry::ABORT_DURATION);
     ::metrics::counter!(telemetry::RECORDS_CONSUMED, "topology" => app.to_string()).increment(0);
     ::metrics::counter!(telemetry::RECORDS_COMMITTED, "topology" => app.to_string()).increment(0);

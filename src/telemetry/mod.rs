@@ -271,8 +271,57 @@ pub(crate) fn dead_letter_counter(
     ::metrics::counter!(DEAD_LETTERS, "topology" => topology.to_string(), "node" => node.to_string(), "reason" => reason.code())
 }
 
-/// Duration of each commit (changelogs, offsets, transaction commit).
+/// Duration of each commit, from collecting the tasks' changelogs to their
+/// state written to the stores: the sum of its [`CommitPhase`]s.
 pub(crate) const COMMIT_DURATION: &str = "streamfold_commit_duration_seconds";
+/// Duration of each step of a commit, labelled `phase`
+/// ([`CommitPhase::label`]).
+pub(crate) const COMMIT_PHASE_DURATION: &str = "streamfold_commit_phase_duration_seconds";
+
+/// The steps of a commit whose durations are told apart
+/// ([`COMMIT_PHASE_DURATION`], `docs/exactly-once.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CommitPhase {
+    /// Every running task's pending changes collected and handed to the
+    /// producer as changelog records.
+    Changelog,
+    /// Waiting until the broker acknowledged every record of the
+    /// transaction.
+    Flush,
+    /// The input positions and changelog offsets sent: into the
+    /// transaction, or (`at_least_once`) committed by the consumer.
+    Offsets,
+    /// The transaction's commit request (`exactly_once` only).
+    Commit,
+    /// The committed changes written to the tasks' stores.
+    Apply,
+}
+
+impl CommitPhase {
+    pub(crate) const ALL: &[CommitPhase] = &[
+        CommitPhase::Changelog,
+        CommitPhase::Flush,
+        CommitPhase::Offsets,
+        CommitPhase::Commit,
+        CommitPhase::Apply,
+    ];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            CommitPhase::Changelog => "changelog",
+            CommitPhase::Flush => "flush",
+            CommitPhase::Offsets => "offsets",
+            CommitPhase::Commit => "commit",
+            CommitPhase::Apply => "apply",
+        }
+    }
+
+    /// Records that this step took `took`.
+    pub(crate) fn took(self, took: std::time::Duration) {
+        ::metrics::histogram!(COMMIT_PHASE_DURATION, "phase" => self.label())
+            .record(took.as_secs_f64());
+    }
+}
 /// Transactions committed (commits, under at_least_once).
 pub(crate) const TRANSACTIONS_COMMITTED: &str = "streamfold_transactions_committed_total";
 /// Transactions aborted.

@@ -79,6 +79,7 @@ use super::changelog::{
 };
 use crate::task::limits::{Limits, TooLarge, record_size};
 use crate::task::{DeadLetter, Task, dlq_headers};
+use crate::telemetry::CommitPhase;
 use crate::topology::Topology;
 
 pub use hooks::{Fault, FaultAction, FaultPoint, TestHooks};
@@ -649,6 +650,7 @@ impl Transactions {
         let started = Instant::now();
         self.fault(FaultPoint::Sent)?;
         let flushed = self.flush_promptly(TXN_TIMEOUT);
+        CommitPhase::Flush.took(started.elapsed());
         let mut deliveries = std::mem::take(&mut *self.deliveries());
         self.learn_refusals(&deliveries.refused);
         flushed.map_err(|e| self.error(e))?;
@@ -691,8 +693,6 @@ impl Transactions {
         self.began = None;
         self.committed += 1;
         self.journal("committed");
-        metrics::histogram!(crate::telemetry::COMMIT_DURATION)
-            .record(started.elapsed().as_secs_f64());
         metrics::counter!(crate::telemetry::TRANSACTIONS_COMMITTED).increment(1);
         Ok(delivered)
     }
@@ -750,8 +750,9 @@ impl Transactions {
                 .send_offsets_to_transaction(offsets, &metadata, TXN_TIMEOUT)
                 .map_err(|e| self.error(e))?;
         }
-        self.fault(FaultPoint::Offsets)?;
         let offsets_sent = started.elapsed();
+        CommitPhase::Offsets.took(offsets_sent);
+        self.fault(FaultPoint::Offsets)?;
         self.fault(FaultPoint::Commit)?;
         self.journal_committing(offsets);
         let mut attempts = 0;
@@ -765,6 +766,7 @@ impl Transactions {
                 Err(e) => return Err(self.error(e)),
             }
         }
+        CommitPhase::Commit.took(started.elapsed() - offsets_sent);
         tracing::debug!(
             offsets_ms = offsets_sent.as_millis() as u64,
             commit_ms = (started.elapsed() - offsets_sent).as_millis() as u64,
@@ -783,11 +785,13 @@ impl Transactions {
         self.fault(FaultPoint::Offsets)?;
         self.fault(FaultPoint::Commit)?;
         self.journal_committing(offsets);
+        let started = Instant::now();
         if offsets.count() > 0 {
             consumer
                 .commit(offsets, rdkafka::consumer::CommitMode::Sync)
                 .map_err(|e| CommitError::Aborted(format!("offset commit failed: {e}")))?;
         }
+        CommitPhase::Offsets.took(started.elapsed());
         Ok(())
     }
 
@@ -970,6 +974,7 @@ impl CommitCycle {
         if !self.txn.in_transaction() {
             return Ok(());
         }
+        let started = Instant::now();
         let mut collected: Vec<_> = tasks
             .into_iter()
             .filter(|t| t.running)
@@ -1052,6 +1057,7 @@ impl CommitCycle {
         // Each changelog partition's committed offset: after this
         // transaction's records if it wrote any, else where the last
         // committed writer ended (see `super::changelog`).
+        CommitPhase::Changelog.took(started.elapsed());
         let changelogs: Vec<(i32, ChangelogOffsets)> = pending
             .iter()
             .map(|(item, _, _)| (item.id, item.cursor.changelog_offsets.clone()))
@@ -1078,6 +1084,7 @@ impl CommitCycle {
         self.txn
             .fault(FaultPoint::Committed)
             .map_err(RuntimeError::Commit)?;
+        let applying = Instant::now();
         let (changelogs, stores, app) = (&self.changelogs, &self.stores, &self.app);
         let mut applied: Vec<_> = pending.into_iter().map(|p| (p, Ok(()))).collect();
         super::batch::for_each(pool, &mut applied, |((item, entries, dropped), result)| {
@@ -1117,6 +1124,9 @@ impl CommitCycle {
         for (_, result) in applied {
             result?;
         }
+        CommitPhase::Apply.took(applying.elapsed());
+        metrics::histogram!(crate::telemetry::COMMIT_DURATION)
+            .record(started.elapsed().as_secs_f64());
         Ok(())
     }
 
