@@ -322,6 +322,7 @@ impl CommitPhase {
             .record(took.as_secs_f64());
     }
 }
+
 /// Transactions committed (commits, under at_least_once).
 pub(crate) const TRANSACTIONS_COMMITTED: &str = "streamfold_transactions_committed_total";
 /// Transactions aborted.

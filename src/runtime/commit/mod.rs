@@ -1054,10 +1054,10 @@ impl CommitCycle {
             offsets.extend(positions.0.into_iter().map(|((topic, p), o)| (topic, p, o)));
             pending.push((item, entries, dropped));
         }
+        CommitPhase::Changelog.took(started.elapsed());
         // Each changelog partition's committed offset: after this
         // transaction's records if it wrote any, else where the last
         // committed writer ended (see `super::changelog`).
-        CommitPhase::Changelog.took(started.elapsed());
         let changelogs: Vec<(i32, ChangelogOffsets)> = pending
             .iter()
             .map(|(item, _, _)| (item.id, item.cursor.changelog_offsets.clone()))
