@@ -230,7 +230,7 @@ pub(crate) struct Transactions {
 /// How long a wait for delivery reports sleeps between looks: the first
 /// nap, and the longest, for a wait that goes on.
 const NAP: Duration = Duration::from_micros(200);
-const LONGEST_NAP: Duration = Duration::from_millis(5);
+const LONGEST_NAP: Duration = Duration::from_millis(1);
 
 /// One look of a wait for the broker's acknowledgements: serves the
 /// delivery reports that are ready, then sleeps `nap`, twice as long as
@@ -241,7 +241,7 @@ const LONGEST_NAP: Duration = Duration::from_millis(5);
 /// a core, starving the broker it waited for on a shared machine
 /// (`tests/runtime.rs::a_commit_waiting_on_a_frozen_broker_uses_no_cpu_and_loses_nothing`).
 /// A commit that is acknowledged at once still hears of it within a
-/// fraction of a millisecond; a long wait costs about 200 looks a second.
+/// fraction of a millisecond; a long wait costs about 1,000 looks a second.
 ///
 /// `poll(0)` serves one event, and a transaction's acknowledgements come
 /// as one event per partition and request, so each look serves events as
