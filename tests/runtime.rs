@@ -998,7 +998,7 @@ fn open_transactions(path: &std::path::Path) -> BTreeSet<String> {
     open
 }
 
-/// The producer half of the test above, made deterministic: a
+/// The producer half of the test below, made deterministic: a
 /// transactional producer with streamfold's properties has records of one
 /// partition in flight when the broker freezes, and one more record queued
 /// behind them. librdkafka sends a partition nothing more while five of its
