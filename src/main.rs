@@ -83,7 +83,7 @@ enum Command {
         txn_journal: Option<PathBuf>,
         /// Testing aid: inject faults into the commit cycle,
         /// `<point>:<abort|kill|freeze|rewind|offsetless>[@n]`, repeated or comma-separated (points:
-        /// begin, batch, sent, offsets, commit, acked, committed, restore, timers).
+        /// begin, batch, sent, offsets, commit, acked, committed, restore, timers, prepare).
         #[arg(long, hide = true, value_delimiter = ',')]
         inject_fault: Vec<streamfold::runtime::commit::Fault>,
     },

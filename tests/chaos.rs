@@ -1606,6 +1606,58 @@ fn distributed_counter_under_chaos() {
     });
 }
 
+/// A broker that goes down while a process runs its startup checks (the
+/// cluster's metadata, the changelogs' configuration, topic creation): the
+/// process waits for it and starts, where it used to exit with the error
+/// (RELIABILITY.md, finding 19; the distributed-counter run of seed 102
+/// met it). The process freezes itself just before the checks
+/// (`prepare:freeze`), the broker goes down for longer than one metadata
+/// request waits (10 s), and the process wakes while it is down.
+#[test]
+fn a_broker_down_during_startup_is_waited_for() {
+    let _serial = serial();
+    persistent_broker();
+    if !broker().restartable() {
+        return;
+    }
+    let dir = temp_dir();
+    let source = unique("post-metric-updated");
+    create_topic(&source, 4);
+    let env = [
+        ("STREAMFOLD_APP", unique("sf-startup")),
+        ("POST_METRICS_TOPIC", source),
+        ("FOLDED_TOPIC", unique("account-metrics-folded")),
+        ("DEAD_LETTER_TOPIC", unique("dlq")),
+    ];
+    let app = App::start(
+        &AppConfig {
+            topology: repo().join("topologies/social-metrics.yaml"),
+            instance: "a".into(),
+            state_dir: dir.path().join("state"),
+            env: env.map(|(k, v)| (k.to_string(), v)).to_vec(),
+            txn_header: false,
+            args: vec!["--inject-fault".into(), "prepare:freeze".into()],
+        },
+        dir.path(),
+    );
+    app.wait_frozen(Duration::from_secs(60));
+    let restart = std::thread::spawn(|| broker().restart(true, Duration::from_secs(14)));
+    // Down by now (the kill takes milliseconds); the checks start at once.
+    std::thread::sleep(Duration::from_secs(1));
+    app.resume();
+    restart.join().unwrap();
+    app.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 4.0,
+    );
+    let log = app.stop();
+    assert!(
+        log.contains("The cluster checks failed on a broker that stopped answering; trying again."),
+        "the checks never met the broker down, so nothing was tested; log:\n{log}"
+    );
+}
+
 /// Why the chaos tests create changelogs uncompacted on nisshi: its
 /// compaction (at every start, then every 10 minutes) keeps each key's
 /// highest offset whatever its transaction became, so an aborted record

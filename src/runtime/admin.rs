@@ -29,6 +29,9 @@ const WAIT_POLL_EVERY: Duration = Duration::from_secs(1);
 const WAIT_SHUTDOWN_EVERY: Duration = Duration::from_millis(100);
 /// How often the topics still missing are logged.
 const WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
+/// How long startup's cluster checks are tried again while the broker does
+/// not answer.
+const PREPARE_PATIENCE: Duration = Duration::from_secs(60);
 
 /// What startup learned about the cluster.
 #[derive(Clone, Debug)]
@@ -185,9 +188,57 @@ pub fn wait_for_sources(
     }
 }
 
+/// [`prepare`], tried again while the broker, which has answered before
+/// (`connect::verify`), does not answer now: a broker restarting while a
+/// process starts must not end the process, as it does not end one that
+/// runs. Gives up after [`PREPARE_PATIENCE`] (Kafka Streams' admin calls
+/// wait `default.api.timeout.ms`, 60 s), or at shutdown, with the last
+/// error. Anything else (a missing topic, a refusal) is an error at once.
+pub(crate) fn prepare_patiently(
+    topology: &Topology,
+    config: &ClientConfig,
+    shutdown: &AtomicBool,
+) -> Result<Layout, RuntimeError> {
+    let deadline = Instant::now() + PREPARE_PATIENCE;
+    loop {
+        match prepare(topology, config) {
+            Err(error)
+                if is_transient(&error)
+                    && Instant::now() < deadline
+                    && !shutdown.load(Ordering::Relaxed) =>
+            {
+                tracing::warn!(%error, "The cluster checks failed on a broker that stopped answering; trying again.");
+                std::thread::sleep(WAIT_POLL_EVERY);
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Whether `error` says the broker did not answer (down, restarting,
+/// unreachable for a moment), not that it refused something.
+fn is_transient(error: &RuntimeError) -> bool {
+    match error {
+        RuntimeError::Unreachable { .. } => true,
+        RuntimeError::Kafka(e) => matches!(
+            e.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::BrokerTransportFailure
+                    | RDKafkaErrorCode::AllBrokersDown
+                    | RDKafkaErrorCode::OperationTimedOut
+                    | RDKafkaErrorCode::RequestTimedOut
+                    | RDKafkaErrorCode::NetworkException
+                    | RDKafkaErrorCode::NotController
+                    | RDKafkaErrorCode::LeaderNotAvailable
+            )
+        ),
+        _ => false,
+    }
+}
+
 /// Checks the cluster and creates what is missing. Missing source topics
 /// are an error here: [`wait_for_sources`] is what waits for them.
-pub(crate) fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, RuntimeError> {
+fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, RuntimeError> {
     let servers = bootstrap_servers(config);
     let admin: AdminClient<DefaultClientContext> = config.create()?;
     let existing = topic_partitions(&admin, &servers)?;

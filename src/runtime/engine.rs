@@ -37,7 +37,7 @@ use super::admin::Layout;
 use super::batch::{self, BATCH, Input, InputKind, Polled, Scratch, Shared};
 use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, GAUGES, Positions};
 use super::commit::{
-    CommitCycle, CommitError, CycleTask, FaultPoint, Produce, TaskCursor, Transactions,
+    CommitCycle, CommitError, CycleTask, FaultPoint, Faults, Produce, TaskCursor, Transactions,
 };
 use super::config::{self, RunOptions};
 use super::restore::Restorer;
@@ -67,7 +67,14 @@ pub fn run(
     shutdown: Arc<AtomicBool>,
 ) -> Result<(), RuntimeError> {
     let topology = config::with_producer_overrides(topology, &options);
-    let layout = admin::prepare(&topology, &config::admin_config(&topology, &options))?;
+    Faults::new(options.hooks.faults.clone())
+        .check(FaultPoint::Prepare)
+        .map_err(RuntimeError::Commit)?;
+    let layout = admin::prepare_patiently(
+        &topology,
+        &config::admin_config(&topology, &options),
+        &shutdown,
+    )?;
     super::metrics::register_partitions(&topology, layout.partitions);
     tracing::info!(
         topology = %topology.name,

@@ -39,10 +39,13 @@ pub enum FaultPoint {
     /// A batch of input records was processed and its outputs handed to
     /// the producer; the transaction stays open for more.
     Batch,
+    /// Startup: the broker has answered; the cluster checks and topic
+    /// creation (`admin::prepare`) are next.
+    Prepare,
 }
 
 impl FaultPoint {
-    const ALL: [(FaultPoint, &'static str); 9] = [
+    const ALL: [(FaultPoint, &'static str); 10] = [
         (FaultPoint::Begin, "begin"),
         (FaultPoint::Sent, "sent"),
         (FaultPoint::Offsets, "offsets"),
@@ -52,6 +55,7 @@ impl FaultPoint {
         (FaultPoint::Restore, "restore"),
         (FaultPoint::Timers, "timers"),
         (FaultPoint::Batch, "batch"),
+        (FaultPoint::Prepare, "prepare"),
     ];
 
     pub(super) fn name(self) -> &'static str {
@@ -138,7 +142,10 @@ impl FromStr for Fault {
         if action == FaultAction::Abort
             && matches!(
                 point,
-                FaultPoint::Acked | FaultPoint::Committed | FaultPoint::Restore
+                FaultPoint::Acked
+                    | FaultPoint::Committed
+                    | FaultPoint::Restore
+                    | FaultPoint::Prepare
             )
         {
             return Err(format!(
@@ -164,7 +171,7 @@ pub struct TestHooks {
 
 /// The injected faults and how often each point was reached.
 #[derive(Default)]
-pub(super) struct Faults {
+pub(crate) struct Faults {
     faults: Vec<Fault>,
     hits: [u32; FaultPoint::ALL.len()],
     /// A `rewind` fired and the engine has not moved the consumer yet.
@@ -174,7 +181,7 @@ pub(super) struct Faults {
 }
 
 impl Faults {
-    pub(super) fn new(faults: Vec<Fault>) -> Faults {
+    pub(crate) fn new(faults: Vec<Fault>) -> Faults {
         Faults {
             faults,
             ..Faults::default()
@@ -191,7 +198,7 @@ impl Faults {
         std::mem::take(&mut self.offsetless)
     }
 
-    pub(super) fn check(&mut self, point: FaultPoint) -> Result<(), CommitError> {
+    pub(crate) fn check(&mut self, point: FaultPoint) -> Result<(), CommitError> {
         if self.faults.is_empty() {
             return Ok(());
         }

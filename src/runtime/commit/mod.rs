@@ -82,8 +82,9 @@ use crate::task::{DeadLetter, Task, dlq_headers};
 use crate::telemetry::CommitPhase;
 use crate::topology::Topology;
 
+pub(crate) use hooks::Faults;
+use hooks::Journal;
 pub use hooks::{Fault, FaultAction, FaultPoint, TestHooks};
-use hooks::{Faults, Journal};
 
 /// How long a transactional call may take before we give up on it.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
