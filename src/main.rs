@@ -81,7 +81,7 @@ enum Command {
         /// `--txn-header`).
         #[arg(long, hide = true)]
         txn_journal: Option<PathBuf>,
-        /// Testing aid: inject faults into the commit cycle,
+        /// Testing aid: inject faults into the commit cycle (and startup),
         /// `<point>:<abort|kill|freeze|rewind|offsetless>[@n]`, repeated or comma-separated (points:
         /// begin, batch, sent, offsets, commit, acked, committed, restore, timers, prepare).
         #[arg(long, hide = true, value_delimiter = ',')]
