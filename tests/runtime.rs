@@ -998,6 +998,83 @@ fn open_transactions(path: &std::path::Path) -> BTreeSet<String> {
     open
 }
 
+/// The consumer half of RELIABILITY finding 14, made deterministic: a
+/// partition waits for the answer to a query of its end offset (what
+/// `offset_reset: latest` or an assignment without a committed offset
+/// asks) when a seek to a concrete offset supersedes it, as a task's start
+/// does. The late answer is outdated and must change nothing. librdkafka
+/// 2.12.1 took it as a reason to ask again: it stopped fetching the
+/// partition and 500 ms later moved it to the end offset of that moment,
+/// past records never delivered (finding 20).
+#[test]
+fn an_offset_query_answered_after_a_seek_does_not_move_the_consumer() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Message, Offset, TopicPartitionList};
+    let _serial = serial();
+    if !broker().owned() {
+        eprintln!("skipped: the broker at STREAMFOLD_TEST_BOOTSTRAP is not this test's to freeze");
+        return;
+    }
+    let names = Names::new("outdated-query");
+    create_topic(&names.source, 1);
+    let producer = TestProducer::new();
+    let send = |range: std::ops::Range<u32>| {
+        for i in range {
+            producer.send(&names.source, None, format!("record {i}").as_bytes(), &[]);
+        }
+        producer.flush();
+    };
+    send(0..10);
+    let consumer: BaseConsumer = plain_client()
+        .set("group.id", &names.app)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "latest")
+        .create()
+        .unwrap();
+    let mut start = TopicPartitionList::new();
+    start
+        .add_partition_offset(&names.source, 0, Offset::Offset(0))
+        .unwrap();
+    consumer.assign(&start).unwrap();
+    // The first record says the connection to the partition's leader is up.
+    let timeout = Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "record 0 never came");
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            assert_eq!(message.unwrap().offset(), 0);
+            break;
+        }
+    }
+    broker().freeze();
+    // The query of the end offset goes out and is not answered...
+    consumer
+        .seek(&names.source, 0, Offset::End, Duration::from_secs(5))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // ...when a seek to offset 1 supersedes it.
+    consumer
+        .seek(&names.source, 0, Offset::Offset(1), Duration::from_secs(5))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    broker().thaw();
+    // Records written after the late answer came, before 500 ms passed.
+    std::thread::sleep(Duration::from_millis(200));
+    send(10..20);
+    let mut offsets = Vec::new();
+    let deadline = std::time::Instant::now() + timeout;
+    while offsets.len() < 19 && std::time::Instant::now() < deadline {
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            offsets.push(message.unwrap().offset());
+        }
+    }
+    assert_eq!(
+        offsets,
+        (1..20).collect::<Vec<i64>>(),
+        "after a seek to offset 1 the consumer delivers offsets 1 to 19 once each, in order"
+    );
+}
+
 /// The producer half of the test below, made deterministic: a
 /// transactional producer with streamfold's properties has records of one
 /// partition in flight when the broker freezes, and one more record queued

@@ -1494,7 +1494,12 @@ void rd_kafka_offset_query_tmr_cb(rd_kafka_timers_t *rkts, void *arg) {
                      rktp->rktp_rkt->rkt_topic->str, rktp->rktp_partition,
                      rd_kafka_fetch_pos2str(rktp->rktp_query_pos),
                      rd_kafka_fetch_states[rktp->rktp_fetch_state]);
-        rd_kafka_toppar_offset_request(rktp, rktp->rktp_query_pos, 0);
+        /* The timer is armed in the OFFSET_QUERY state. A partition that
+         * has left it since (a seek, an assignment or an answer gave it a
+         * position) needs no query: one now would move it to the old
+         * logical offset (streamfold patch, see vendor/README.md). */
+        if (rktp->rktp_fetch_state == RD_KAFKA_TOPPAR_FETCH_OFFSET_QUERY)
+                rd_kafka_toppar_offset_request(rktp, rktp->rktp_query_pos, 0);
         rd_kafka_toppar_unlock(rktp);
 }
 

@@ -1478,10 +1478,24 @@ static void rd_kafka_toppar_handle_Offset(rd_kafka_t *rk,
                     err == RD_KAFKA_RESP_ERR__OUTDATED) {
                         /* Termination or outdated, quick cleanup. */
 
+                        /* An outdated answer is asked again only while
+                         * the partition still waits for an offset (a pause
+                         * or resume outdated the query). A seek or an
+                         * assignment since gave it a position, which the
+                         * query of the old one must not move: the retry
+                         * stopped fetching the partition and 500 ms later
+                         * moved it to the old logical offset, e.g. past
+                         * records never delivered to the end
+                         * (streamfold patch, see vendor/README.md). */
                         if (err == RD_KAFKA_RESP_ERR__OUTDATED) {
                                 rd_kafka_toppar_lock(rktp);
-                                rd_kafka_toppar_offset_retry(
-                                    rktp, 500, "outdated offset response");
+                                if (rktp->rktp_fetch_state ==
+                                        RD_KAFKA_TOPPAR_FETCH_OFFSET_QUERY ||
+                                    rktp->rktp_fetch_state ==
+                                        RD_KAFKA_TOPPAR_FETCH_OFFSET_WAIT)
+                                        rd_kafka_toppar_offset_retry(
+                                            rktp, 500,
+                                            "outdated offset response");
                                 rd_kafka_toppar_unlock(rktp);
                         }
 
