@@ -998,6 +998,66 @@ fn open_transactions(path: &std::path::Path) -> BTreeSet<String> {
     open
 }
 
+/// `offset_reset: latest` on a group without committed offsets: what the
+/// source held before the application started is not processed, and
+/// everything written once its tasks run is, once.
+#[test]
+fn offset_reset_latest_skips_what_was_there_and_processes_all_that_comes_after() {
+    latest_from_the_start(None);
+}
+
+/// The same when the first transaction aborts: the tasks go back to where
+/// they started, not to the end of the partitions as it is by then.
+#[test]
+fn offset_reset_latest_goes_back_to_where_it_started_when_its_first_transaction_aborts() {
+    latest_from_the_start(Some("sent:abort@1"));
+}
+
+fn latest_from_the_start(fault: Option<&str>) {
+    let _serial = serial();
+    let names = Names::new("latest");
+    let accounts = 40;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    // Events of the same accounts: folded too, they would change every
+    // account's fold.
+    produce_range(&producer, &names.source, 0..400, accounts);
+    let dir = temp_dir();
+    let topology = dir.path().join("latest.yaml");
+    let text = std::fs::read_to_string(repo().join("topologies/social-metrics.yaml")).unwrap();
+    let latest = text.replace(
+        "    format: json\n",
+        "    format: json\n    offset_reset: latest\n",
+    );
+    assert_ne!(latest, text, "the source's options were found");
+    std::fs::write(&topology, latest).unwrap();
+    let mut config = names.app("a", dir.path().join("state"), true);
+    config.topology = topology;
+    if let Some(fault) = fault {
+        config.args = vec!["--inject-fault".into(), fault.into()];
+    }
+    let app = App::start(&config, dir.path());
+    app.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 4.0,
+    );
+    produce_range(
+        &producer,
+        &names.source,
+        0..accounts * PER_ACCOUNT,
+        accounts,
+    );
+    assert_exact(&read_folded(&names, accounts), accounts);
+    if fault.is_some() {
+        assert!(
+            app.metric("streamfold_transactions_aborted_total") >= 1.0,
+            "the first transaction aborted"
+        );
+    }
+    app.stop();
+}
+
 /// The consumer half of RELIABILITY finding 14, made deterministic: a
 /// partition waits for the answer to a query of its end offset (what
 /// `offset_reset: latest` or an assignment without a committed offset

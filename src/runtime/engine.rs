@@ -797,6 +797,14 @@ impl Engine {
                     changelog_ends.insert(element.topic().to_string(), o);
                 }
             }
+            if let Err(error) =
+                self.cycle
+                    .anchor_latest(consumer, task, &mut committed, Duration::from_millis(500))
+            {
+                self.next_offsets_fetch = now + Duration::from_secs(1);
+                tracing::warn!(task, %error, "Cannot read where the inputs end yet (offset_reset: latest); retrying.");
+                continue;
+            }
             let saved = match self.tasks.get(&task) {
                 Some(slot) => slot.cursor.changelog_offsets.0.clone(),
                 None => continue,

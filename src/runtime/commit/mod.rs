@@ -1150,6 +1150,35 @@ impl CommitCycle {
         Ok(())
     }
 
+    /// With `offset_reset: latest`, makes the end of each of task `task`'s
+    /// inputs without a committed offset, as it is now, the offset the
+    /// task starts from and goes back to until its first commit. The end
+    /// is the last stable offset, as the read_committed consumer sees it.
+    ///
+    /// A logical end would be resolved again at each seek: a rewind after
+    /// the task's first transaction aborted would land past the records
+    /// that transaction had read, and the seek at the task's start was
+    /// resolved half a second late (librdkafka asks again when a resume
+    /// outdates its query), past records written meanwhile.
+    pub(crate) fn anchor_latest<C: ConsumerContext>(
+        &self,
+        consumer: &BaseConsumer<C>,
+        task: i32,
+        committed: &mut [Option<i64>],
+        timeout: Duration,
+    ) -> Result<(), KafkaError> {
+        if self.reset != Offset::End {
+            return Ok(());
+        }
+        for (topic, committed) in self.inputs.iter().zip(committed) {
+            if committed.is_none() {
+                let (_, end) = consumer.fetch_watermarks(topic, task, timeout)?;
+                *committed = Some(end);
+            }
+        }
+        Ok(())
+    }
+
     /// Seeks task `task`'s inputs to its committed offsets (the source's
     /// reset policy where it has none), and makes them its positions.
     pub(crate) fn seek_to_committed<C: ConsumerContext>(
