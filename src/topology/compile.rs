@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path as FsPath;
 
 use super::de::{self, Path, unknown_name};
-use super::model::{self, Format, KafkaConfig, KeyFormat};
+use super::model::{self, Format, KafkaConfig, KeyFormat, OffsetReset};
 use super::types::InputRef;
 use super::yaml::{Kind, Node as YamlNode};
 use super::{
@@ -257,6 +257,7 @@ impl Loader {
             }
         }
         self.check_formats(parsed);
+        self.check_offset_reset(parsed);
         if let Some(kafka) = &parsed.kafka {
             for (path, message) in kafka.security_problems() {
                 let mut at = vec!["kafka".to_string()];
@@ -569,6 +570,38 @@ impl Loader {
             if let Some(pos) = at {
                 self.push(pos, &Path::root().key(section), message.to_string());
             }
+        }
+    }
+
+    /// One `offset_reset` for every source: `run` starts each input of a
+    /// group without committed offsets where the first source says, so a
+    /// different setting on another source would be silently ignored.
+    fn check_offset_reset(&mut self, parsed: &Parsed) {
+        let mut sources = parsed
+            .sources
+            .iter()
+            .filter_map(|(name, source)| Some((name, source.as_ref()?.offset_reset)));
+        let Some((first, reset)) = sources.next() else {
+            return;
+        };
+        let word = |reset: OffsetReset| match reset {
+            OffsetReset::Earliest => "earliest",
+            OffsetReset::Latest => "latest",
+        };
+        let mismatched: Vec<(String, OffsetReset)> = sources
+            .filter(|(_, other)| *other != reset)
+            .map(|(name, other)| (name.clone(), other))
+            .collect();
+        for (name, other) in mismatched {
+            self.error_at(
+                &["sources".into(), name.clone(), "offset_reset".into()],
+                format!(
+                    "source `{name}` starts at `{}` but `{first}` at `{}`: every input of an \
+                     application starts alike, so give every source the same `offset_reset`",
+                    word(other),
+                    word(reset),
+                ),
+            );
         }
     }
 
