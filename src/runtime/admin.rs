@@ -168,16 +168,12 @@ pub fn wait_for_sources(
             );
             last_logged = Some(Instant::now());
         }
-        let next_poll = Instant::now() + WAIT_POLL_EVERY;
-        while Instant::now() < next_poll {
-            if shutdown.load(Ordering::Relaxed) {
-                tracing::info!(
-                    topics = %missing.join(", "),
-                    "Stopping before the source topics exist."
-                );
-                return Ok(SourcesWait::Stopped);
-            }
-            std::thread::sleep(WAIT_SHUTDOWN_EVERY);
+        if !nap_unless_stopped(shutdown) {
+            tracing::info!(
+                topics = %missing.join(", "),
+                "Stopping before the source topics exist."
+            );
+            return Ok(SourcesWait::Stopped);
         }
         match topic_partitions(&admin, &servers) {
             Ok(topics) => existing = topics,
@@ -202,17 +198,28 @@ pub(crate) fn prepare_patiently(
     let deadline = Instant::now() + PREPARE_PATIENCE;
     loop {
         match prepare(topology, config) {
-            Err(error)
-                if is_transient(&error)
-                    && Instant::now() < deadline
-                    && !shutdown.load(Ordering::Relaxed) =>
-            {
+            Err(error) if is_transient(&error) && Instant::now() < deadline => {
                 tracing::warn!(%error, "The cluster checks failed on a broker that stopped answering; trying again.");
-                std::thread::sleep(WAIT_POLL_EVERY);
+                if !nap_unless_stopped(shutdown) {
+                    return Err(error);
+                }
             }
             result => return result,
         }
     }
+}
+
+/// Waits [`WAIT_POLL_EVERY`], looking for shutdown every
+/// [`WAIT_SHUTDOWN_EVERY`]; false if it came.
+fn nap_unless_stopped(shutdown: &AtomicBool) -> bool {
+    let until = Instant::now() + WAIT_POLL_EVERY;
+    while Instant::now() < until {
+        if shutdown.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep(WAIT_SHUTDOWN_EVERY);
+    }
+    !shutdown.load(Ordering::Relaxed)
 }
 
 /// Whether `error` says the broker did not answer (down, restarting,
