@@ -1456,6 +1456,13 @@ static rd_kafka_resp_err_t rd_kafka_msg_headers_parse(rd_kafka_msg_t *rkm) {
         if (RD_KAFKAP_BYTES_LEN(&rkm->rkm_u.consumer.binhdrs) == 0)
                 return RD_KAFKA_RESP_ERR__NOENT;
 
+        /* A v2 record without headers still carries its header count, a
+         * zero varint (one 0 byte): answer it here. The parse buffer below
+         * costs an allocation of a whole rd_kafka_buf_t for every call,
+         * and a message without headers is parsed again at each call. */
+        if (*(const unsigned char *)rkm->rkm_u.consumer.binhdrs.data == 0)
+                return RD_KAFKA_RESP_ERR__NOENT;
+
         rkbuf = rd_kafka_buf_new_shadow(
             rkm->rkm_u.consumer.binhdrs.data,
             RD_KAFKAP_BYTES_LEN(&rkm->rkm_u.consumer.binhdrs), NULL);
