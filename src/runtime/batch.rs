@@ -74,6 +74,8 @@ pub(super) struct Behind {
 /// One message a task handled.
 pub(super) struct Handled {
     pub(super) index: usize,
+    /// The input it was read from.
+    pub(super) input: usize,
     /// The message's headers (the record's, and its dead letters').
     pub(super) headers: Vec<(String, Vec<u8>)>,
     /// End of its outputs in [`Scratch::outputs`].
@@ -179,7 +181,7 @@ pub(super) fn handle(
             continue;
         }
         let headers = wire::headers(message);
-        let origin = wire::origin(message, &headers);
+        let origin = wire::origin(message, &shared.inputs[input].topic, &headers);
         let timestamp = wire::timestamp(message, shared.now);
         let outputs = &mut scratch.outputs;
         let result = match &shared.inputs[input].kind {
@@ -227,6 +229,7 @@ pub(super) fn handle(
         let end = scratch.outputs.len();
         scratch.handled.push(Handled {
             index,
+            input,
             headers,
             end,
         });

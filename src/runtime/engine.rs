@@ -528,7 +528,7 @@ struct Engine {
     rocks: RocksResources,
     /// The record cache's budget, shared by every task's stores.
     record_cache: Arc<CacheBudget>,
-    inputs: Vec<Input>,
+    inputs: Arc<[Input]>,
     tasks: BTreeMap<i32, Slot>,
     codecs: Codecs,
     cycle: CommitCycle,
@@ -623,7 +623,7 @@ impl Engine {
             rocks,
             record_cache,
             partitions: layout.partitions,
-            inputs,
+            inputs: inputs.into(),
             tasks: BTreeMap::new(),
             codecs,
             cycle,
@@ -663,7 +663,7 @@ impl Engine {
     fn partitions_of(&self, tasks: &[i32]) -> TopicPartitionList {
         let mut list = TopicPartitionList::new();
         for &task in tasks {
-            for input in &self.inputs {
+            for input in self.inputs.iter() {
                 list.add_partition(&input.topic, task);
             }
         }
@@ -1065,11 +1065,15 @@ impl Engine {
             metrics::counter!(telemetry::RECORDS_BEHIND, "topology" => self.topology.name.clone())
                 .increment(skipped);
         }
+        // The handled messages' topics, borrowed while `produce` borrows
+        // the engine.
+        let inputs = Arc::clone(&self.inputs);
         let mut outputs = scratch.outputs.drain(..);
         let mut start = 0;
         let mut result = Ok(());
         for message in &scratch.handled {
-            let origin = wire::origin(&polled[message.index].0, &message.headers);
+            let topic = &inputs[message.input].topic;
+            let origin = wire::origin(&polled[message.index].0, topic, &message.headers);
             let these = outputs.by_ref().take(message.end - start);
             start = message.end;
             result = self.produce(task, these, Some(&origin));
@@ -1210,7 +1214,7 @@ impl Engine {
             // Test hook: the consumer alone goes back, as librdkafka's
             // offset-query timer can move it (RELIABILITY.md, finding 14).
             for (&task, _) in self.tasks.iter().filter(|(_, s)| s.running) {
-                for input in &self.inputs {
+                for input in self.inputs.iter() {
                     consumer.seek(
                         &input.topic,
                         task,

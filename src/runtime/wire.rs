@@ -43,13 +43,17 @@ pub(crate) fn headers(message: &BorrowedMessage<'_>) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// Where `message` came from, with its bytes as read.
+/// Where `message` came from, with its bytes as read. `topic` is the
+/// message's topic as the input names it: the same name, without asking
+/// librdkafka, whose answer is a C string measured and checked as UTF-8 at
+/// every call.
 pub(crate) fn origin<'a>(
     message: &'a BorrowedMessage<'_>,
+    topic: &'a str,
     headers: &'a [(String, Vec<u8>)],
 ) -> Origin<'a> {
     Origin {
-        topic: message.topic(),
+        topic,
         partition: message.partition(),
         offset: message.offset(),
         key: message.key(),
