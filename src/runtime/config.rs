@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rdkafka::config::ClientConfig;
 
 use crate::topology::Topology;
-use crate::topology::model::{Guarantee, OffsetReset};
+use crate::topology::model::Guarantee;
 
 /// What `streamfold run` adds to the topology.
 #[derive(Clone, Debug, Default)]
@@ -126,11 +126,12 @@ pub(crate) fn with_producer_overrides(
 /// The group consumer.
 pub(crate) fn consumer_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     let mut config = base_config(topology, options);
-    let reset = match topology.sources.first().map(|s| s.config.offset_reset) {
-        Some(OffsetReset::Latest) => "latest",
-        _ => "earliest",
-    };
-    config.set("auto.offset.reset", reset);
+    let reset = topology
+        .sources
+        .first()
+        .map(|s| s.config.offset_reset)
+        .unwrap_or_default();
+    config.set("auto.offset.reset", reset.name());
     config.set("statistics.interval.ms", "5000");
     // librdkafka stops fetching for `fetch.queue.backoff.ms` (1 s by
     // default) once its local queue holds `queued.min.messages`; against a

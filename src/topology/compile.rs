@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path as FsPath;
 
 use super::de::{self, Path, unknown_name};
-use super::model::{self, Format, KafkaConfig, KeyFormat, OffsetReset};
+use super::model::{self, Format, KafkaConfig, KeyFormat};
 use super::types::InputRef;
 use super::yaml::{Kind, Node as YamlNode};
 use super::{
@@ -584,22 +584,14 @@ impl Loader {
         let Some((first, reset)) = sources.next() else {
             return;
         };
-        let word = |reset: OffsetReset| match reset {
-            OffsetReset::Earliest => "earliest",
-            OffsetReset::Latest => "latest",
-        };
-        let mismatched: Vec<(String, OffsetReset)> = sources
-            .filter(|(_, other)| *other != reset)
-            .map(|(name, other)| (name.clone(), other))
-            .collect();
-        for (name, other) in mismatched {
+        for (name, other) in sources.filter(|(_, other)| *other != reset) {
             self.error_at(
                 &["sources".into(), name.clone(), "offset_reset".into()],
                 format!(
                     "source `{name}` starts at `{}` but `{first}` at `{}`: every input of an \
                      application starts alike, so give every source the same `offset_reset`",
-                    word(other),
-                    word(reset),
+                    other.name(),
+                    reset.name(),
                 ),
             );
         }

@@ -538,6 +538,17 @@ pub(crate) enum OffsetReset {
     Latest,
 }
 
+impl OffsetReset {
+    /// Its name in a topology, which is also librdkafka's
+    /// `auto.offset.reset` value.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            OffsetReset::Earliest => "earliest",
+            OffsetReset::Latest => "latest",
+        }
+    }
+}
+
 /// An input topic.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
