@@ -93,10 +93,11 @@ impl Scratch {
     }
 }
 
-/// Runs `work` on every item: with a pool and more than one item, the
-/// items are cut into one run per thread (the pool's and this one), the
-/// first run on this thread and the others on the pool; else all on this
-/// thread.
+/// Runs `work` on every item: with a pool and more than one item, this
+/// thread and the pool's threads each take the next item not yet taken
+/// until none is left, so a thread that finishes early (or the pool's,
+/// still waking up) does not leave the others waiting at the end; else
+/// all on this thread. Each item is worked on by one thread.
 pub(super) fn for_each<T: Send>(
     pool: Option<&rayon::ThreadPool>,
     items: &mut [T],
@@ -104,16 +105,22 @@ pub(super) fn for_each<T: Send>(
 ) {
     match pool {
         Some(pool) if items.len() > 1 => {
-            let threads = pool.current_num_threads() + 1;
-            let per_thread = items.len().div_ceil(threads);
-            let work = &work;
-            let mut runs = items.chunks_mut(per_thread);
-            let first = runs.next().unwrap_or_default();
-            pool.in_place_scope(|scope| {
-                for run in runs {
-                    scope.spawn(move |_| run.iter_mut().for_each(work));
+            let helpers = pool.current_num_threads().min(items.len() - 1);
+            let next = std::sync::Mutex::new(items.iter_mut());
+            // The lock is held only to take an item, not while it is
+            // worked on.
+            let take = || next.lock().unwrap_or_else(|e| e.into_inner()).next();
+            let drain = || {
+                while let Some(item) = take() {
+                    work(item);
                 }
-                first.iter_mut().for_each(work);
+            };
+            let drain = &drain;
+            pool.in_place_scope(|scope| {
+                for _ in 0..helpers {
+                    scope.spawn(move |_| drain());
+                }
+                drain();
             });
         }
         _ => items.iter_mut().for_each(work),
@@ -233,5 +240,48 @@ pub(super) fn handle(
             headers,
             end,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    use super::{for_each, pool};
+
+    /// Every item is worked on once, by one thread, with or without a
+    /// pool, and the work spreads over the pool's thread and this one.
+    #[test]
+    fn for_each_works_every_item_once() {
+        let pool = pool(2, "test").unwrap();
+        for pool in [None, pool.as_ref()] {
+            for len in [0, 1, 2, 3, 64] {
+                let mut items: Vec<(usize, u32)> = (0..len).map(|i| (i, 0)).collect();
+                let threads = Mutex::new(HashSet::new());
+                let both_wanted = pool.is_some() && len > 1;
+                for_each(pool, &mut items, |(_, visits)| {
+                    *visits += 1;
+                    threads.lock().unwrap().insert(std::thread::current().id());
+                    // Hold this item until the other thread has taken one
+                    // (for at most 10 s): both must take part.
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while both_wanted
+                        && threads.lock().unwrap().len() < 2
+                        && Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                });
+                assert!(items.iter().all(|&(_, visits)| visits == 1), "{items:?}");
+                let threads = threads.into_inner().unwrap().len();
+                if both_wanted {
+                    assert_eq!(threads, 2, "both threads should take items");
+                } else {
+                    assert!(threads <= 1);
+                }
+            }
+        }
     }
 }
