@@ -1,7 +1,8 @@
 //! The article topologies beyond folding, against a real broker:
 //! question-feed (dedup → projection) under kill -9, distributed-counter
-//! with every event delivered twice, and a dead-letter round trip through
-//! `streamfold dlq replay`.
+//! with every event delivered twice, a dead-letter round trip through
+//! `streamfold dlq replay`, and a source record's headers on the records
+//! made from it.
 
 mod support;
 
@@ -428,4 +429,134 @@ fn dead_letters_replayed_after_the_fix_are_processed_and_the_counters_add_up() {
     assert_eq!(v2.metric("streamfold_node_dead_letters_total"), 0.0);
     assert_eq!(v2.metric("streamfold_node_dropped_records_total"), 0.0);
     v2.stop();
+}
+
+/// A record's own headers reach the records made from it: through a
+/// stateless node to a sink, and through a repartition topic (`key_by`) to
+/// a sink, in order, without the headers streamfold adds to a repartition
+/// record.
+#[test]
+fn source_headers_reach_sink_records_directly_and_through_a_repartition() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let source = unique("tagged-events");
+    let direct = unique("tagged-direct");
+    let rekeyed = unique("tagged-rekeyed");
+    create_topic(&source, 2);
+    let topology = dir.path().join("headers.yaml");
+    std::fs::write(
+        &topology,
+        "name: ${STREAMFOLD_APP}
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+processing:
+  guarantee: exactly_once
+  commit_interval: 100ms
+sources:
+  events:
+    topic: ${EVENTS_TOPIC}
+    format: json
+nodes:
+  kept:
+    type: filter
+    input: events
+    condition: '.n >= 0'
+  by_user:
+    type: dedup
+    input: events
+    key_by: /user
+    id_field: /n
+    retention: 1h
+sinks:
+  direct:
+    topic: ${DIRECT_TOPIC}
+    input: kept
+    create: true
+  rekeyed:
+    topic: ${REKEYED_TOPIC}
+    input: by_user
+    create: true
+dead_letter:
+  topic: ${DEAD_LETTER_TOPIC}
+",
+    )
+    .unwrap();
+    let check = Command::new(streamfold_binary())
+        .arg("check")
+        .arg(&topology)
+        .envs([
+            ("STREAMFOLD_APP", "check"),
+            ("EVENTS_TOPIC", "e"),
+            ("DIRECT_TOPIC", "d"),
+            ("REKEYED_TOPIC", "r"),
+            ("DEAD_LETTER_TOPIC", "dlq"),
+        ])
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+
+    let count = 30;
+    let producer = TestProducer::new();
+    for n in 0..count {
+        let value = json!({"user": format!("u{}", n % 3), "n": n});
+        let trace = format!("t-{n}");
+        producer.send(
+            &source,
+            Some(format!("k{n}").as_bytes()),
+            value.to_string().as_bytes(),
+            &[
+                ("trace", trace.as_str()),
+                ("tenant", "acme"),
+                ("trace", "again"),
+            ],
+        );
+    }
+    producer.flush();
+    let config = AppConfig {
+        topology,
+        instance: "a".into(),
+        state_dir: dir.path().join("state"),
+        env: env(&[
+            ("STREAMFOLD_APP", &unique("sf-headers")),
+            ("EVENTS_TOPIC", &source),
+            ("DIRECT_TOPIC", &direct),
+            ("REKEYED_TOPIC", &rekeyed),
+            ("DEAD_LETTER_TOPIC", &unique("headers-dlq")),
+        ]),
+        txn_header: false,
+        args: Vec::new(),
+    };
+    let app = App::start(&config, dir.path());
+    let timeout = Duration::from_secs(60);
+    let direct = read_topic(&direct, count, Duration::from_secs(1), timeout);
+    let rekeyed = read_topic(&rekeyed, count, Duration::from_secs(1), timeout);
+    app.stop();
+
+    for (sink, records) in [("direct", &direct), ("rekeyed", &rekeyed)] {
+        assert_eq!(records.len(), count, "{sink}: {records:?}");
+        let mut seen = BTreeSet::new();
+        for record in records.iter() {
+            let n = record.json()["n"].as_u64().unwrap();
+            assert!(seen.insert(n), "{sink}: n = {n} twice");
+            let headers: Vec<(&str, &str)> = record
+                .headers
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str()))
+                .collect();
+            assert_eq!(
+                headers,
+                [
+                    ("trace", format!("t-{n}").as_str()),
+                    ("tenant", "acme"),
+                    ("trace", "again")
+                ],
+                "{sink}: record {n}"
+            );
+        }
+    }
+    let users: BTreeSet<_> = rekeyed.iter().map(|r| r.key.clone().unwrap()).collect();
+    assert_eq!(
+        users,
+        BTreeSet::from(["u0".into(), "u1".into(), "u2".into()])
+    );
 }
