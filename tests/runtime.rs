@@ -1058,6 +1058,175 @@ fn latest_from_the_start(fault: Option<&str>) {
     app.stop();
 }
 
+/// `offset_reset: latest` is for the sources only: a repartition topic
+/// holds records the application itself wrote, whose sources' offsets
+/// are committed. Two instances share a fresh application; `b` is killed
+/// at its first commit, so its task never commits an offset. `a`, which
+/// wrote records to that task's repartition partition meanwhile, takes the
+/// task over: it must read the repartition partition from its beginning,
+/// not from its end (Kafka Streams does the same with its internal
+/// topics), or the records `a` wrote there are skipped for good
+/// (RELIABILITY.md, finding 22).
+#[test]
+fn offset_reset_latest_still_reads_a_repartition_topic_from_its_beginning() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let source = unique("latest-events");
+    let out = unique("latest-by-user");
+    create_topic(&source, 2);
+    let topology = dir.path().join("latest-repartition.yaml");
+    std::fs::write(
+        &topology,
+        "name: ${STREAMFOLD_APP}
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+processing:
+  guarantee: exactly_once
+  commit_interval: 100ms
+sources:
+  events:
+    topic: ${EVENTS_TOPIC}
+    format: json
+    offset_reset: latest
+nodes:
+  by_user:
+    type: dedup
+    input: events
+    key_by: /user
+    id_field: /n
+    retention: 1h
+sinks:
+  out:
+    topic: ${OUT_TOPIC}
+    input: by_user
+    create: true
+dead_letter:
+  topic: ${DEAD_LETTER_TOPIC}
+",
+    )
+    .unwrap();
+    let env: Vec<(String, String)> = [
+        ("STREAMFOLD_APP", unique("sf-latest-repartition")),
+        ("EVENTS_TOPIC", source.clone()),
+        ("OUT_TOPIC", out.clone()),
+        ("DEAD_LETTER_TOPIC", unique("latest-dlq")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let config = |instance: &str, fault: Option<&str>| {
+        let mut args = vec![
+            "--txn-journal".to_string(),
+            dir.path()
+                .join(format!("journal-{instance}"))
+                .display()
+                .to_string(),
+        ];
+        if let Some(fault) = fault {
+            args.extend(["--inject-fault".to_string(), fault.to_string()]);
+        }
+        AppConfig {
+            topology: topology.clone(),
+            instance: instance.into(),
+            state_dir: dir.path().join(format!("state-{instance}")),
+            env: env.clone(),
+            txn_header: true,
+            args,
+        }
+    };
+    let tasks = "streamfold_runtime_tasks_running";
+    let a = App::start(&config("a", None), dir.path());
+    a.wait_metric(tasks, Duration::from_secs(120), |n| n == 2.0);
+    let b = App::start(&config("b", Some("commit:kill")), dir.path());
+    b.wait_metric(tasks, Duration::from_secs(120), |n| n == 1.0);
+    a.wait_metric(tasks, Duration::from_secs(120), |n| n == 1.0);
+    let running = b.wait_log_lines("Task running.", 1, Duration::from_secs(10));
+    let b_task: i32 = running[0]
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("task="))
+        .and_then(|task| task.parse().ok())
+        .unwrap_or_else(|| panic!("no task in `{}`", running[0]));
+
+    // Nothing was committed yet: the records come after both started.
+    let count = 200u64;
+    let producer = TestProducer::new();
+    for n in 0..count {
+        let value = json!({"user": format!("u{}", n % 8), "n": n});
+        producer.send(
+            &source,
+            Some(format!("k{n}").as_bytes()),
+            value.to_string().as_bytes(),
+            &[],
+        );
+    }
+    producer.flush();
+    let (status, b_log) = b.wait_exit(Duration::from_secs(120));
+    assert!(!status.success(), "b was to be killed at its first commit");
+    assert!(
+        b_log.contains("Injected fault: killing the process."),
+        "{b_log}"
+    );
+    // `a` takes over b's task once the group gives up on b.
+    a.wait_metric(tasks, Duration::from_secs(120), |n| n == 2.0);
+    // `b` comes back: its producer's first act aborts the transaction its
+    // kill left open. (nisshi does not abort it at its timeout, and until
+    // then a read_committed reader sees nothing past it.)
+    let b = App::start(&config("b", None), dir.path());
+    b.wait_metric(tasks, Duration::from_secs(120), |n| n >= 1.0);
+
+    // Every record of a's own source partition went out in a committed
+    // transaction of a's, whichever repartition partition it went through.
+    let inputs = read_topic(
+        &source,
+        count as usize,
+        Duration::ZERO,
+        Duration::from_secs(30),
+    );
+    assert_eq!(inputs.len(), count as usize);
+    let expected: BTreeSet<u64> = inputs
+        .iter()
+        .filter(|r| r.partition != b_task)
+        .map(|r| r.json()["n"].as_u64().unwrap())
+        .collect();
+    assert!(!expected.is_empty(), "a's partition got no records");
+    let journal_a = dir.path().join("journal-a");
+    let outputs = read_topic(
+        &out,
+        expected.len(),
+        Duration::from_secs(2),
+        Duration::from_secs(60),
+    );
+    let mut journal = TxnJournal::read(&journal_a);
+    journal.merge(TxnJournal::read(&dir.path().join("journal-b")));
+    let committed = journal.committed_or_resolved();
+    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    for record in &outputs {
+        let label = record
+            .header("streamfold.txn")
+            .expect("a transaction label");
+        if committed.contains(label) {
+            *seen
+                .entry(record.json()["n"].as_u64().unwrap())
+                .or_default() += 1;
+        }
+    }
+    let missing: Vec<u64> = expected
+        .iter()
+        .filter(|n| !seen.contains_key(n))
+        .copied()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of the {} records of a's partition never went out: {missing:?}",
+        missing.len(),
+        expected.len()
+    );
+    let twice: Vec<(&u64, &usize)> = seen.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(twice.is_empty(), "out more than once: {twice:?}");
+    b.stop();
+    a.stop();
+}
+
 /// The consumer half of RELIABILITY finding 14, made deterministic: a
 /// partition waits for the answer to a query of its end offset (what
 /// `offset_reset: latest` or an assignment without a committed offset

@@ -602,15 +602,27 @@ impl Engine {
             }
         }
 
-        let reset = match topology.sources[0].config.offset_reset {
+        // `check` gives every source the same `offset_reset`. A repartition
+        // topic starts at its beginning whatever it is, as Kafka Streams'
+        // internal topics do: `latest` there would skip records this
+        // application wrote before the reading task's first commit, whose
+        // sources' offsets are committed.
+        let source_reset = match topology.sources[0].config.offset_reset {
             OffsetReset::Earliest => Offset::Beginning,
             OffsetReset::Latest => Offset::End,
         };
+        let resets = inputs
+            .iter()
+            .map(|input| match input.kind {
+                InputKind::Source(_) => source_reset,
+                InputKind::Repartition { .. } => Offset::Beginning,
+            })
+            .collect();
         let cycle = CommitCycle::new(
             txn,
             inputs.iter().map(|i| i.topic.clone()).collect(),
             &topology,
-            reset,
+            resets,
         );
         let state_dir = options
             .state_dir

@@ -896,8 +896,11 @@ pub(crate) struct CommitCycle {
     changelogs: Vec<(String, usize)>,
     /// Store index → store name, for dead letters.
     stores: Vec<String>,
-    /// Where an input without a committed offset is rewound to.
-    reset: Offset,
+    /// Where each input without a committed offset starts, in the order
+    /// of `inputs`: a source's `offset_reset`; a repartition topic's
+    /// beginning, whatever the sources' (its records were written by this
+    /// application, and their sources' offsets are committed).
+    resets: Vec<Offset>,
     app: String,
     dead_letter_topic: String,
 }
@@ -908,7 +911,7 @@ impl CommitCycle {
         mut txn: Transactions,
         inputs: Vec<String>,
         topology: &Topology,
-        reset: Offset,
+        resets: Vec<Offset>,
     ) -> CommitCycle {
         let changelogs = topology
             .stores()
@@ -919,7 +922,7 @@ impl CommitCycle {
             inputs,
             changelogs,
             stores: topology.stores().map(|s| s.name.clone()).collect(),
-            reset,
+            resets,
             app: topology.name.clone(),
             dead_letter_topic: topology.dead_letter_topic.clone(),
         }
@@ -1151,9 +1154,11 @@ impl CommitCycle {
     }
 
     /// With `offset_reset: latest`, makes the end of each of task `task`'s
-    /// inputs without a committed offset, as it is now, the offset the
-    /// task starts from and goes back to until its first commit. The end
-    /// is the last stable offset, as the read_committed consumer sees it.
+    /// source inputs without a committed offset, as it is now, the offset
+    /// the task starts from and goes back to until its first commit. The
+    /// end is the last stable offset, as the read_committed consumer sees
+    /// it. Repartition inputs start at their beginning (RELIABILITY.md,
+    /// finding 22).
     ///
     /// A logical end would be resolved again at each seek: a rewind after
     /// the task's first transaction aborted would land past the records
@@ -1167,11 +1172,9 @@ impl CommitCycle {
         committed: &mut [Option<i64>],
         timeout: Duration,
     ) -> Result<(), KafkaError> {
-        if self.reset != Offset::End {
-            return Ok(());
-        }
-        for (topic, committed) in self.inputs.iter().zip(committed) {
-            if committed.is_none() {
+        let inputs = self.inputs.iter().zip(&self.resets);
+        for ((topic, reset), committed) in inputs.zip(committed) {
+            if committed.is_none() && *reset == Offset::End {
                 let (_, end) = consumer.fetch_watermarks(topic, task, timeout)?;
                 *committed = Some(end);
             }
@@ -1179,8 +1182,8 @@ impl CommitCycle {
         Ok(())
     }
 
-    /// Seeks task `task`'s inputs to its committed offsets (the source's
-    /// reset policy where it has none), and makes them its positions.
+    /// Seeks task `task`'s inputs to its committed offsets (the input's
+    /// reset where it has none), and makes them its positions.
     pub(crate) fn seek_to_committed<C: ConsumerContext>(
         &self,
         consumer: &BaseConsumer<C>,
@@ -1188,7 +1191,7 @@ impl CommitCycle {
         cursor: &mut TaskCursor,
     ) -> Result<(), RuntimeError> {
         for (i, committed) in cursor.committed.iter().enumerate() {
-            let offset = committed.map_or(self.reset, Offset::Offset);
+            let offset = committed.map_or(self.resets[i], Offset::Offset);
             consumer.seek(&self.inputs[i], task, offset, Duration::from_secs(10))?;
         }
         cursor.positions = cursor.committed.clone();
