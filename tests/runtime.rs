@@ -978,15 +978,22 @@ fn at_least_once_folds_exactly_when_nothing_fails() {
     app.stop();
 }
 
-/// Transactions begun and not yet ended in the journal at `path`, by
-/// label (only whole lines: the process may be writing the next).
-fn open_transactions(path: &std::path::Path) -> BTreeSet<String> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let whole = text.rfind('\n').map_or("", |end| &text[..end]);
-    let mut open = BTreeSet::new();
-    for line in whole.lines() {
+/// The whole lines of the transaction journal at `path` (the process may
+/// be writing the next).
+fn journal_lines(path: &std::path::Path) -> Vec<String> {
+    let mut text = std::fs::read_to_string(path).unwrap_or_default();
+    text.truncate(text.rfind('\n').unwrap_or(0));
+    text.lines().map(str::to_string).collect()
+}
+
+/// The transactions the journal at `path` shows begun, and those of them
+/// not yet ended, by label, from one read.
+fn transactions(path: &std::path::Path) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut begun, mut open) = (BTreeSet::new(), BTreeSet::new());
+    for line in journal_lines(path) {
         match line.split_whitespace().collect::<Vec<_>>()[..] {
             ["begin", label, ..] => {
+                begun.insert(label.to_string());
                 open.insert(label.to_string());
             }
             ["committed" | "aborted", label, ..] => {
@@ -995,7 +1002,13 @@ fn open_transactions(path: &std::path::Path) -> BTreeSet<String> {
             _ => {}
         }
     }
-    open
+    (begun, open)
+}
+
+/// Transactions begun and not yet ended in the journal at `path`, by
+/// label.
+fn open_transactions(path: &std::path::Path) -> BTreeSet<String> {
+    transactions(path).1
 }
 
 /// `offset_reset: latest` on a group without committed offsets: what the
@@ -1417,7 +1430,7 @@ fn a_commit_waiting_on_a_frozen_broker_uses_no_cpu_and_loses_nothing() {
     let slices = 5;
     let mut caught = Vec::new();
     for slice in 0..slices {
-        let open_before = open_transactions(&journal);
+        let (begun_before, _) = transactions(&journal);
         produce_range(
             &producer,
             &names.source,
@@ -1425,19 +1438,33 @@ fn a_commit_waiting_on_a_frozen_broker_uses_no_cpu_and_loses_nothing() {
             accounts,
         );
         // Freeze the broker the moment a transaction with this slice's
-        // records is open.
+        // records is open. It can also begin and commit within the
+        // producer's flush, before the test looks (an idle instance
+        // commits right after its first batch): then this slice has
+        // nothing to freeze.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let open = loop {
-            let open: BTreeSet<String> = open_transactions(&journal)
-                .difference(&open_before)
-                .cloned()
-                .collect();
-            if !open.is_empty() || std::time::Instant::now() > deadline {
-                break open;
+            let (begun, open) = transactions(&journal);
+            let new: BTreeSet<String> = begun.difference(&begun_before).cloned().collect();
+            if !new.is_empty() {
+                break new
+                    .intersection(&open)
+                    .cloned()
+                    .collect::<BTreeSet<String>>();
             }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "slice {slice}: no transaction began in 30 s; log:\n{}",
+                app.log_text()
+            );
             std::thread::sleep(Duration::from_millis(1));
         };
-        assert!(!open.is_empty(), "slice {slice}: no transaction began");
+        if open.is_empty() {
+            eprintln!(
+                "slice {slice}: its transactions began and ended before the test looked; not frozen"
+            );
+            continue;
+        }
         broker().freeze();
         let cpu = cpu_seconds(app.pid());
         let threads = thread_cpu_seconds(app.pid());
@@ -1460,7 +1487,8 @@ fn a_commit_waiting_on_a_frozen_broker_uses_no_cpu_and_loses_nothing() {
     }
     assert!(
         !caught.is_empty(),
-        "no freeze caught a commit waiting for the broker, so nothing was measured"
+        "no freeze caught a commit waiting for the broker, so nothing was measured; log:\n{}",
+        app.log_text()
     );
     for (used, busiest) in &caught {
         assert!(
