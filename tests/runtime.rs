@@ -1502,3 +1502,43 @@ fn a_commit_waiting_on_a_frozen_broker_uses_no_cpu_and_loses_nothing() {
     assert_only_uncommitted_duplicates(&outputs, &TxnJournal::read(&journal), accounts);
     app.stop();
 }
+
+/// Aborts with a backlog: while a batch processes, the polling thread
+/// polls the next one ahead, so at each abort a batch polled before the
+/// rewind waits. Processed after the rewind, it would move the tasks past
+/// the records between their last commit and it, which come again and are
+/// skipped as processed: lost. Every record must count once.
+#[test]
+fn aborts_with_a_batch_polled_ahead_lose_and_double_nothing() {
+    let _serial = serial();
+    let names = Names::new("ahead");
+    let accounts = 2_000;
+    create_topic(&names.source, 4);
+    // The whole backlog first, so batches are full and the next is always
+    // there to poll ahead.
+    produce_range(
+        &TestProducer::new(),
+        &names.source,
+        0..accounts * PER_ACCOUNT,
+        accounts,
+    );
+    let dir = temp_dir();
+    let mut config = names.app("a", dir.path().join("state"), true);
+    let journal = dir.path().join("journal");
+    config.args = journal_args(&journal);
+    config.args.extend([
+        "--inject-fault".into(),
+        "sent:abort@2,sent:abort@3,sent:abort@5,sent:abort@8".into(),
+    ]);
+    let app = App::start(&config, dir.path());
+    let outputs = read_folded(&names, accounts);
+    assert_only_uncommitted_duplicates(&outputs, &TxnJournal::read(&journal), accounts);
+    let aborted = app.metric("streamfold_transactions_aborted_total");
+    assert_eq!(
+        aborted,
+        4.0,
+        "every injected abort happened; log:\n{}",
+        app.log_text()
+    );
+    app.stop();
+}

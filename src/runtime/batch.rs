@@ -103,9 +103,23 @@ pub(super) fn for_each<T: Send>(
     items: &mut [T],
     work: impl Fn(&mut T) + Sync + Send,
 ) {
+    for_each_after(pool, items, None::<fn()>, work);
+}
+
+/// [`for_each`], with this thread doing `first` before it takes items:
+/// with a pool, the pool's threads start on the items meanwhile.
+pub(super) fn for_each_after<T: Send>(
+    pool: Option<&rayon::ThreadPool>,
+    items: &mut [T],
+    first: Option<impl FnOnce()>,
+    work: impl Fn(&mut T) + Sync + Send,
+) {
+    // Items this thread leaves to the pool's: all but one, or all while it
+    // does `first`.
+    let shared = (items.len() + usize::from(first.is_some())).saturating_sub(1);
     match pool {
-        Some(pool) if items.len() > 1 => {
-            let helpers = pool.current_num_threads().min(items.len() - 1);
+        Some(pool) if shared > 0 => {
+            let helpers = pool.current_num_threads().min(shared);
             let next = std::sync::Mutex::new(items.iter_mut());
             // The lock is held only to take an item, not while it is
             // worked on.
@@ -120,10 +134,18 @@ pub(super) fn for_each<T: Send>(
                 for _ in 0..helpers {
                     scope.spawn(move |_| drain());
                 }
+                if let Some(first) = first {
+                    first();
+                }
                 drain();
             });
         }
-        _ => items.iter_mut().for_each(work),
+        _ => {
+            if let Some(first) = first {
+                first();
+            }
+            items.iter_mut().for_each(work);
+        }
     }
 }
 
@@ -249,7 +271,7 @@ mod tests {
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
 
-    use super::{for_each, pool};
+    use super::{for_each, for_each_after, pool};
 
     /// Every item is worked on once, by one thread, with or without a
     /// pool, and the work spreads over the pool's thread and this one.
@@ -280,6 +302,51 @@ mod tests {
                     assert_eq!(threads, 2, "both threads should take items");
                 } else {
                     assert!(threads <= 1);
+                }
+            }
+        }
+    }
+
+    /// `first` runs on the calling thread, once, while the pool's thread
+    /// starts on the items (even on a single one); then every item is
+    /// worked on once.
+    #[test]
+    fn for_each_after_overlaps_first_with_the_items() {
+        let pool = pool(2, "test").unwrap();
+        for pool in [None, pool.as_ref()] {
+            for len in [0, 1, 3] {
+                let mut items: Vec<u32> = vec![0; len];
+                let taken = Mutex::new(0);
+                let mut ran = None;
+                let caller = std::thread::current().id();
+                let overlap_wanted = pool.is_some() && len > 0;
+                for_each_after(
+                    pool,
+                    &mut items,
+                    Some(|| {
+                        // Waits (for at most 10 s) until the pool's thread
+                        // has taken an item.
+                        let deadline = Instant::now() + Duration::from_secs(10);
+                        while overlap_wanted
+                            && *taken.lock().unwrap() == 0
+                            && Instant::now() < deadline
+                        {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        ran = Some((std::thread::current().id(), *taken.lock().unwrap()));
+                    }),
+                    |visits| {
+                        *visits += 1;
+                        *taken.lock().unwrap() += 1;
+                    },
+                );
+                assert!(items.iter().all(|&visits| visits == 1), "{items:?}");
+                let (thread, taken_meanwhile) = ran.expect("`first` ran");
+                assert_eq!(thread, caller, "`first` runs on the calling thread");
+                if overlap_wanted {
+                    assert!(taken_meanwhile > 0, "the pool started while `first` ran");
+                } else {
+                    assert_eq!(taken_meanwhile, 0, "without a pool, `first` runs first");
                 }
             }
         }

@@ -263,30 +263,69 @@ fn main_loop(
     consumer: &Arc<BaseConsumer<EngineContext>>,
     shutdown: &AtomicBool,
 ) -> Result<(), RuntimeError> {
-    let context = consumer.context();
     let mut queues = Queues::default();
     let mut timeout = Duration::from_millis(10);
     loop {
-        if shutdown.load(Ordering::Relaxed) {
+        // Polled messages borrow the queues, so they change only here,
+        // with none held.
+        {
+            let mut engine = consumer.context().lock();
+            queues.update(consumer, &mut engine)?;
+        }
+        if rounds(consumer, &queues, shutdown, &mut timeout)? {
             tracing::info!("Shutting down: committing and leaving the group.");
             return Ok(());
         }
-        // Borrows the queues: a new one each round, so they can change
-        // between rounds.
-        let mut polled = Vec::with_capacity(BATCH);
-        let consumed = poll_batch(consumer, &queues, &mut polled, timeout);
+    }
+}
+
+/// Polls and processes batches, one after the other, while the tasks'
+/// queues stay as they are; whether to shut down.
+///
+/// While the processing threads work on a batch, the polling thread polls
+/// the next from the tasks' queues (a prefetch) before it joins them.
+/// Those queues carry no rebalance callbacks, so the tasks stay as they
+/// are meanwhile; prefetched messages a rewind or a rebalance made stale
+/// are skipped like any others (their epoch is older, [`Engine::on_batch`]).
+/// Left unprocessed at shutdown, they were not committed either, and come
+/// again to whoever runs their task next.
+fn rounds<'c>(
+    consumer: &'c BaseConsumer<EngineContext>,
+    queues: &'c Queues,
+    shutdown: &AtomicBool,
+    timeout: &mut Duration,
+) -> Result<bool, RuntimeError> {
+    let context = consumer.context();
+    let mut next: Vec<Polled<'c>> = Vec::with_capacity(BATCH);
+    // The queues must change: finish with what was prefetched first.
+    let mut draining = false;
+    loop {
+        if shutdown.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let mut polled = std::mem::replace(&mut next, Vec::with_capacity(BATCH));
+        let consumed = poll_batch(consumer, queues, &mut polled, *timeout);
+        let mut prefetched = Ok(());
         if !polled.is_empty() {
+            let prefetch = (consumed.is_ok() && !draining && !queues.by_task.is_empty())
+                .then_some(|| prefetched = poll_queues(queues, &mut next, &context.epoch));
             let mut engine = context.lock();
-            let result = engine.on_batch(&polled);
+            let result = engine.on_batch(&polled, prefetch);
             drop(polled);
             engine.recover(consumer, result)?;
         }
         consumed?;
+        prefetched?;
         let mut engine = context.lock();
         let result = engine.housekeeping(consumer);
         engine.recover(consumer, result)?;
-        queues.update(consumer, &mut engine)?;
-        timeout = engine.poll_timeout();
+        *timeout = engine.poll_timeout();
+        if queues.stale(&engine) {
+            if next.is_empty() {
+                return Ok(false);
+            }
+            draining = true;
+        }
     }
 }
 
@@ -309,6 +348,15 @@ struct Queues {
 }
 
 impl Queues {
+    /// Whether a task stopped running or started since the last update.
+    fn stale(&self, engine: &Engine) -> bool {
+        !engine.started.is_empty()
+            || self
+                .by_task
+                .keys()
+                .any(|task| !engine.tasks.get(task).is_some_and(|s| s.running))
+    }
+
     /// Drops the queues of tasks that stopped running; gives tasks that
     /// started queues of their own and resumes their partitions.
     fn update(
@@ -346,10 +394,9 @@ impl Queues {
 /// long at most.
 const IDLE_WAIT: Duration = Duration::from_millis(5);
 
-/// Polls up to [`BATCH`] messages: whatever the consumer's queue has
-/// (rebalance callbacks run here), then a share of [`BATCH`] from each
-/// task's queues, round after round until the batch is full or they are
-/// empty. With nothing anywhere it waits up to `timeout` (at most
+/// Fills the batch (which may hold a prefetch already) up to [`BATCH`]
+/// messages: whatever the consumer's queue has (rebalance callbacks run
+/// here), then from the tasks' queues ([`poll_queues`]). With nothing anywhere it waits up to `timeout` (at most
 /// [`IDLE_WAIT`]) on the consumer's queue. Each message comes with the
 /// rebalance epoch after the poll that returned it.
 fn poll_batch<'c>(
@@ -360,6 +407,25 @@ fn poll_batch<'c>(
 ) -> Result<(), RuntimeError> {
     let epoch = &consumer.context().epoch;
     while polled.len() < BATCH && take(consumer.poll(Duration::ZERO), epoch, polled)? {}
+    poll_queues(queues, polled, epoch)?;
+    if polled.is_empty() && !timeout.is_zero() {
+        let wait = if queues.by_task.is_empty() {
+            timeout
+        } else {
+            timeout.min(IDLE_WAIT)
+        };
+        take(consumer.poll(wait), epoch, polled)?;
+    }
+    Ok(())
+}
+
+/// Fills the batch up to [`BATCH`] from the tasks' queues: a share from
+/// each, round after round until it is full or they are empty.
+fn poll_queues<'c>(
+    queues: &'c Queues,
+    polled: &mut Vec<Polled<'c>>,
+    epoch: &AtomicU64,
+) -> Result<(), RuntimeError> {
     let queues: Vec<&PartitionQueue<EngineContext>> = queues.by_task.values().flatten().collect();
     let share = (BATCH / queues.len().max(1)).max(1);
     loop {
@@ -369,18 +435,9 @@ fn poll_batch<'c>(
             while polled.len() < end && take(queue.poll(Duration::ZERO), epoch, polled)? {}
         }
         if polled.len() == before || polled.len() >= BATCH {
-            break;
+            return Ok(());
         }
     }
-    if polled.is_empty() && !timeout.is_zero() {
-        let wait = if queues.is_empty() {
-            timeout
-        } else {
-            timeout.min(IDLE_WAIT)
-        };
-        take(consumer.poll(wait), epoch, polled)?;
-    }
-    Ok(())
 }
 
 /// Adds a polled message to the batch; whether to poll on.
@@ -417,7 +474,7 @@ fn take<'c>(
 /// commit and close tasks.
 struct EngineContext {
     engine: Mutex<Engine>,
-    /// Rebalance callbacks so far: see [`Engine::rewound_at`].
+    /// Rebalance callbacks and rewinds so far: see [`Engine::rewound_at`].
     epoch: Arc<AtomicU64>,
     app: String,
     /// Source topic → source name, for lag metrics.
@@ -510,6 +567,9 @@ impl ConsumerContext for EngineContext {
 struct Slot {
     task: Task,
     running: bool,
+    /// The epoch it started in: messages polled before were fetched before
+    /// it sought to its committed offsets.
+    since: u64,
     /// The group's committed offsets are not known yet (restore waits).
     awaiting_offsets: bool,
     /// Input positions and changelog offsets, for the commit cycle.
@@ -540,7 +600,8 @@ struct Engine {
     /// Tasks started since the main loop last looked: their partitions
     /// are still paused, waiting for their own queues ([`Queues`]).
     started: Vec<i32>,
-    /// Rebalance callbacks so far, shared with the consumer context.
+    /// Rebalance callbacks and rewinds so far, shared with the consumer
+    /// context.
     epoch: Arc<AtomicU64>,
     /// The epoch of the last rewind: messages polled in an earlier epoch
     /// were fetched before it sought every task back to its last commit,
@@ -729,6 +790,7 @@ impl Engine {
         let slot = Slot {
             task: state_task,
             running: false,
+            since: 0,
             awaiting_offsets: true,
             cursor: TaskCursor {
                 positions: vec![None; self.inputs.len()],
@@ -946,6 +1008,7 @@ impl Engine {
         self.cycle
             .seek_to_committed(consumer, task, &mut slot.cursor)?;
         slot.running = true;
+        slot.since = self.epoch.load(Ordering::Acquire);
         if let Some(queries) = &self.queries {
             queries.started(task);
         }
@@ -993,7 +1056,11 @@ impl Engine {
     /// messages in it processes them on a processing thread, then its
     /// outputs go out in the open transaction, task by task, each
     /// message's in order.
-    fn on_batch(&mut self, polled: &[Polled<'_>]) -> Result<(), RuntimeError> {
+    fn on_batch(
+        &mut self,
+        polled: &[Polled<'_>],
+        prefetch: Option<impl FnOnce()>,
+    ) -> Result<(), RuntimeError> {
         self.busy.clear();
         for (index, (message, epoch)) in polled.iter().enumerate() {
             // Fetched before a rewind sought the task back: it comes again.
@@ -1006,9 +1073,11 @@ impl Engine {
             let Some(slot) = self.tasks.get_mut(&message.partition()) else {
                 continue;
             };
-            // Fetched before the task's partitions were paused: the task
-            // seeks to its committed offsets when it starts.
-            if !slot.running {
+            // Fetched before the task's partitions were paused, or before
+            // it started (a prefetch for the task it was before a
+            // rebalance): the task seeks to its committed offsets when it
+            // starts.
+            if !slot.running || *epoch < slot.since {
                 continue;
             }
             if slot.scratch.messages.is_empty() {
@@ -1034,7 +1103,7 @@ impl Engine {
             .iter_mut()
             .filter(|(_, s)| !s.scratch.messages.is_empty())
             .collect();
-        batch::for_each(self.pool.as_ref(), &mut work, |(id, slot)| {
+        batch::for_each_after(self.pool.as_ref(), &mut work, prefetch, |(id, slot)| {
             batch::handle(
                 &shared,
                 **id,
@@ -1434,7 +1503,9 @@ impl Engine {
     fn rewind(&mut self, consumer: &BaseConsumer<EngineContext>) -> Result<(), RuntimeError> {
         // They will be consumed again.
         self.consumed_uncommitted = 0;
-        self.rewound_at = self.epoch.load(Ordering::Acquire);
+        // A new epoch: messages polled before it, prefetched ones too, are
+        // skipped.
+        self.rewound_at = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let tasks = Self::cycle_tasks(&mut self.tasks);
         self.cycle.rewind(consumer, tasks)?;
         self.last_commit = Instant::now();
