@@ -25,13 +25,6 @@ fn app(topology: &str, instance: &str, state: PathBuf, env: Vec<(String, String)
     }
 }
 
-fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 /// One question's events: created, maybe edited, some answers, maybe
 /// deleted; numbered by `sequence`.
 fn question_events(q: u64) -> Vec<Value> {
@@ -83,7 +76,7 @@ fn question_feed_read_models_are_right_after_kill_9_and_no_version_has_two_conte
     let source = unique("feed-events");
     let questions_topic = unique("question-read-models");
     create_topic(&source, 4);
-    let names = env(&[
+    let names = env_vars(&[
         ("STREAMFOLD_APP", &unique("sf-feed")),
         ("FEED_EVENTS_TOPIC", &source),
         ("QUESTIONS_TOPIC", &questions_topic),
@@ -223,7 +216,7 @@ fn counters_count_each_event_once_when_the_producer_delivers_everything_twice() 
         "topologies/distributed-counter.yaml",
         "a",
         dir.path().join("state"),
-        env(&[
+        env_vars(&[
             ("STREAMFOLD_APP", &unique("sf-counter")),
             ("COUNTER_EVENTS_TOPIC", &events),
             ("COUNTER_READS_TOPIC", &reads),
@@ -307,7 +300,7 @@ fn dead_letters_replayed_after_the_fix_are_processed_and_the_counters_add_up() {
     let folded = unique("account-metrics-folded");
     let dlq = unique("dlq");
     create_topic(&source, 4);
-    let names = env(&[
+    let names = env_vars(&[
         ("STREAMFOLD_APP", &unique("sf-replay")),
         ("POST_METRICS_TOPIC", &source),
         ("FOLDED_TOPIC", &folded),
@@ -444,19 +437,10 @@ fn source_headers_reach_sink_records_directly_and_through_a_repartition() {
     let rekeyed = unique("tagged-rekeyed");
     create_topic(&source, 2);
     let topology = dir.path().join("headers.yaml");
-    std::fs::write(
+    write_json_topology(
         &topology,
-        "name: ${STREAMFOLD_APP}
-kafka:
-  bootstrap_servers: 127.0.0.1:9092
-processing:
-  guarantee: exactly_once
-  commit_interval: 100ms
-sources:
-  events:
-    topic: ${EVENTS_TOPIC}
-    format: json
-nodes:
+        "",
+        "nodes:
   kept:
     type: filter
     input: events
@@ -476,11 +460,8 @@ sinks:
     topic: ${REKEYED_TOPIC}
     input: by_user
     create: true
-dead_letter:
-  topic: ${DEAD_LETTER_TOPIC}
 ",
-    )
-    .unwrap();
+    );
     let check = Command::new(streamfold_binary())
         .arg("check")
         .arg(&topology)
@@ -516,7 +497,7 @@ dead_letter:
         topology,
         instance: "a".into(),
         state_dir: dir.path().join("state"),
-        env: env(&[
+        env: env_vars(&[
             ("STREAMFOLD_APP", &unique("sf-headers")),
             ("EVENTS_TOPIC", &source),
             ("DIRECT_TOPIC", &direct),

@@ -1088,20 +1088,10 @@ fn offset_reset_latest_still_reads_a_repartition_topic_from_its_beginning() {
     let out = unique("latest-by-user");
     create_topic(&source, 2);
     let topology = dir.path().join("latest-repartition.yaml");
-    std::fs::write(
+    write_json_topology(
         &topology,
-        "name: ${STREAMFOLD_APP}
-kafka:
-  bootstrap_servers: 127.0.0.1:9092
-processing:
-  guarantee: exactly_once
-  commit_interval: 100ms
-sources:
-  events:
-    topic: ${EVENTS_TOPIC}
-    format: json
-    offset_reset: latest
-nodes:
+        "    offset_reset: latest\n",
+        "nodes:
   by_user:
     type: dedup
     input: events
@@ -1113,20 +1103,14 @@ sinks:
     topic: ${OUT_TOPIC}
     input: by_user
     create: true
-dead_letter:
-  topic: ${DEAD_LETTER_TOPIC}
 ",
-    )
-    .unwrap();
-    let env: Vec<(String, String)> = [
-        ("STREAMFOLD_APP", unique("sf-latest-repartition")),
-        ("EVENTS_TOPIC", source.clone()),
-        ("OUT_TOPIC", out.clone()),
-        ("DEAD_LETTER_TOPIC", unique("latest-dlq")),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    );
+    let env = env_vars(&[
+        ("STREAMFOLD_APP", &unique("sf-latest-repartition")),
+        ("EVENTS_TOPIC", &source),
+        ("OUT_TOPIC", &out),
+        ("DEAD_LETTER_TOPIC", &unique("latest-dlq")),
+    ]);
     let config = |instance: &str, fault: Option<&str>| {
         let mut args = vec![
             "--txn-journal".to_string(),

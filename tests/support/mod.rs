@@ -311,6 +311,40 @@ pub fn wait_for_broker(bootstrap: &str) {
     panic!("the test broker at {bootstrap} did not answer within 30s");
 }
 
+/// Environment variables for an app, owned.
+#[allow(dead_code)] // not every test binary writes its own topology
+pub fn env_vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Writes at `path` an exactly-once topology (`${STREAMFOLD_APP}`, commit
+/// interval 100 ms) with one JSON source `events` on `${EVENTS_TOPIC}`,
+/// `source_options` (lines indented as the source's own keys), then
+/// `body` (its `nodes:` and `sinks:`), and the dead-letter topic
+/// `${DEAD_LETTER_TOPIC}`.
+#[allow(dead_code)] // not every test binary writes its own topology
+pub fn write_json_topology(path: &Path, source_options: &str, body: &str) {
+    let text = format!(
+        "name: ${{STREAMFOLD_APP}}
+kafka:
+  bootstrap_servers: 127.0.0.1:9092
+processing:
+  guarantee: exactly_once
+  commit_interval: 100ms
+sources:
+  events:
+    topic: ${{EVENTS_TOPIC}}
+    format: json
+{source_options}{body}dead_letter:
+  topic: ${{DEAD_LETTER_TOPIC}}
+"
+    );
+    std::fs::write(path, text).expect("write the topology");
+}
+
 /// A scratch directory for a test's state and logs.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::Builder::new()
