@@ -26,8 +26,8 @@ use crate::task::{Output, Task};
 /// side by side.
 pub(super) const BATCH: usize = 512;
 
-/// A polled message and the rebalance epoch after the poll that returned
-/// it (see `Engine::rewound_at`).
+/// A polled message and the epoch (rebalance callbacks and rewinds so
+/// far) after the poll that returned it (see `Engine::rewound_at`).
 pub(super) type Polled<'c> = (BorrowedMessage<'c>, u64);
 
 /// An input topic of this topology.

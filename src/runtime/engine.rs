@@ -396,9 +396,10 @@ const IDLE_WAIT: Duration = Duration::from_millis(5);
 
 /// Fills the batch (which may hold a prefetch already) up to [`BATCH`]
 /// messages: whatever the consumer's queue has (rebalance callbacks run
-/// here), then from the tasks' queues ([`poll_queues`]). With nothing anywhere it waits up to `timeout` (at most
-/// [`IDLE_WAIT`]) on the consumer's queue. Each message comes with the
-/// rebalance epoch after the poll that returned it.
+/// here), then from the tasks' queues ([`poll_queues`]). With nothing
+/// anywhere it waits up to `timeout` (at most [`IDLE_WAIT`]) on the
+/// consumer's queue. Each message comes with the epoch after the poll
+/// that returned it.
 fn poll_batch<'c>(
     consumer: &'c BaseConsumer<EngineContext>,
     queues: &'c Queues,
