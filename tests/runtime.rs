@@ -1500,12 +1500,14 @@ fn aborts_with_a_batch_polled_ahead_lose_and_double_nothing() {
     create_topic(&names.source, 4);
     // The whole backlog first, so batches are full and the next is always
     // there to poll ahead.
+    let producer = TestProducer::new();
     produce_range(
-        &TestProducer::new(),
+        &producer,
         &names.source,
         0..accounts * PER_ACCOUNT,
         accounts,
     );
+    let end = producer.ends(&names.source, 4);
     let dir = temp_dir();
     let mut config = names.app("a", dir.path().join("state"), true);
     let journal = dir.path().join("journal");
@@ -1515,7 +1517,14 @@ fn aborts_with_a_batch_polled_ahead_lose_and_double_nothing() {
         "sent:abort@2,sent:abort@3,sent:abort@5,sent:abort@8".into(),
     ]);
     let app = App::start(&config, dir.path());
-    let outputs = read_folded(&names, accounts);
+    wait_committed_to(
+        &app,
+        &names.app,
+        &names.source,
+        &end,
+        Duration::from_secs(240),
+    );
+    let outputs = read_to_end(&names.folded, Duration::from_secs(60));
     assert_only_uncommitted_duplicates(&outputs, &TxnJournal::read(&journal), accounts);
     let aborted = app.metric("streamfold_transactions_aborted_total");
     assert_eq!(
