@@ -1535,3 +1535,59 @@ fn aborts_with_a_batch_polled_ahead_lose_and_double_nothing() {
     );
     app.stop();
 }
+
+/// A member that joins while the first works through a backlog gets its
+/// share of that backlog, not only what comes after it: the first serves
+/// the rebalance while records still wait on its tasks' queues, and the
+/// move loses and doubles nothing.
+#[test]
+fn a_member_joining_during_a_backlog_takes_a_share_of_it() {
+    let _serial = serial();
+    let names = Names::new("backlog-join");
+    let accounts = 30_000;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..total, accounts);
+    let end = producer.ends(&names.source, 4);
+    let dir = temp_dir();
+    let first = App::start(
+        &names.app("a", dir.path().join("state-a"), true),
+        dir.path(),
+    );
+    first.wait_metric(
+        "streamfold_runtime_records_consumed_total",
+        Duration::from_secs(120),
+        |n| n > 0.0,
+    );
+    let second = App::start(
+        &names.app("b", dir.path().join("state-b"), true),
+        dir.path(),
+    );
+    second.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(240),
+        |n| n >= 1.0,
+    );
+    let consumed_by_first = first.metric("streamfold_runtime_records_consumed_total");
+    eprintln!("the first had consumed {consumed_by_first} of {total} when the second started a task");
+    wait_committed_to(
+        &second,
+        &names.app,
+        &names.source,
+        &end,
+        Duration::from_secs(300),
+    );
+    let consumed_by_second = second.metric("streamfold_runtime_records_consumed_total");
+    assert!(
+        consumed_by_second > 0.0,
+        "the second member ran tasks only once the backlog was gone: the first had consumed \
+         {consumed_by_first} of {total} records when the second started its first task; \
+         first's log:\n{}",
+        first.log_text()
+    );
+    let outputs = read_to_end(&names.folded, Duration::from_secs(60));
+    assert_exact(&outputs, accounts);
+    second.stop();
+    first.stop();
+}
