@@ -1570,7 +1570,9 @@ fn a_member_joining_during_a_backlog_takes_a_share_of_it() {
         |n| n >= 1.0,
     );
     let consumed_by_first = first.metric("streamfold_runtime_records_consumed_total");
-    eprintln!("the first had consumed {consumed_by_first} of {total} when the second started a task");
+    eprintln!(
+        "the first had consumed {consumed_by_first} of {total} when the second started a task"
+    );
     wait_committed_to(
         &second,
         &names.app,
@@ -1590,4 +1592,58 @@ fn a_member_joining_during_a_backlog_takes_a_share_of_it() {
     assert_exact(&outputs, accounts);
     second.stop();
     first.stop();
+}
+
+/// A commit sends the records `linger.ms` holds back at once instead of
+/// waiting the linger out: with a linger of 5 s, each commit's wait for
+/// acknowledgements (the `flush` phase) takes far less than the linger.
+/// librdkafka ignores the linger only while a call of `rd_kafka_flush`
+/// lasts, and rust-rdkafka's `flush` makes its calls last no time.
+#[test]
+fn a_commit_does_not_wait_out_the_producer_s_linger() {
+    let _serial = serial();
+    let names = Names::new("linger");
+    let accounts = 200;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(
+        &producer,
+        &names.source,
+        0..accounts * PER_ACCOUNT,
+        accounts,
+    );
+    let end = producer.ends(&names.source, 4);
+    let dir = temp_dir();
+    let linger = Duration::from_secs(5);
+    let mut config = names.app("a", dir.path().join("state"), true);
+    config.args = vec!["-X".into(), format!("linger.ms={}", linger.as_millis())];
+    let app = App::start(&config, dir.path());
+    wait_committed_to(
+        &app,
+        &names.app,
+        &names.source,
+        &end,
+        Duration::from_secs(240),
+    );
+    let outputs = read_to_end(&names.folded, Duration::from_secs(60));
+    assert_exact(&outputs, accounts);
+    let text = app.metrics_text();
+    let flush = |series: &str| {
+        let name = format!("streamfold_commit_phase_duration_seconds_{series}");
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains("phase=\"flush\""))
+            .find_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no `{name}` of the flush phase in:\n{text}"))
+    };
+    let (count, sum) = (flush("count"), flush("sum"));
+    assert!(count >= 1.0, "no commit was timed:\n{text}");
+    let mean = sum / count;
+    eprintln!("{count} flushes, mean {:.1} ms", mean * 1000.0);
+    assert!(
+        mean < linger.as_secs_f64() / 5.0,
+        "a commit's flush took {mean:.2} s on average with a linger of {linger:?}: it waits \
+         the linger out; log:\n{}",
+        app.log_text()
+    );
+    app.stop();
 }

@@ -249,21 +249,61 @@ const LONGEST_NAP: Duration = Duration::from_millis(1);
 /// long as they lower what is in flight, and a look that served some
 /// starts the naps over.
 fn serve_then_nap(producer: &BaseProducer<DeliveryContext>, nap: &mut Duration) {
+    match serve(producer) {
+        Served::AllDelivered => return,
+        Served::Reports => *nap = NAP,
+        Served::Nothing => {}
+    }
+    std::thread::sleep(*nap);
+    *nap = (*nap * 2).min(LONGEST_NAP);
+}
+
+/// What one [`serve`] did.
+enum Served {
+    /// Nothing is in flight any more.
+    AllDelivered,
+    /// Reports served, records still in flight.
+    Reports,
+    /// No report was ready.
+    Nothing,
+}
+
+/// Serves the delivery reports that are ready, one event after the other
+/// as long as they lower what is in flight.
+fn serve(producer: &BaseProducer<DeliveryContext>) -> Served {
     let mut in_flight = producer.in_flight_count();
+    let mut served = Served::Nothing;
     loop {
         producer.poll(Duration::ZERO);
         let left = producer.in_flight_count();
         if left >= in_flight {
-            break;
+            return served;
         }
-        *nap = NAP;
-        in_flight = left;
         if left == 0 {
-            return;
+            return Served::AllDelivered;
         }
+        served = Served::Reports;
+        in_flight = left;
     }
-    std::thread::sleep(*nap);
-    *nap = (*nap * 2).min(LONGEST_NAP);
+}
+
+/// Waits [`LONGEST_NAP`] for acknowledgements with the producer flushing.
+/// librdkafka sends a partition's records without waiting out
+/// `linger.ms` only while a call of `rd_kafka_flush` lasts, and
+/// rust-rdkafka's `flush` makes its calls last no time at all (a timeout
+/// of 0), so the changelog records a commit produces waited out their
+/// linger before they left. The wait does not use the CPU: delivery
+/// reports are events, which librdkafka leaves to this thread, so it
+/// sleeps on a condition variable for the whole millisecond.
+fn flushing_nap(producer: &BaseProducer<DeliveryContext>) {
+    let millis = LONGEST_NAP.as_millis().max(1) as i32;
+    // SAFETY: the handle is the live producer's own for the whole call;
+    // with delivery reports as events, rd_kafka_flush serves no queue and
+    // runs no callback, it only raises the flushing flag, wakes the
+    // broker threads and waits.
+    unsafe {
+        rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), millis);
+    }
 }
 
 fn is_fatal(error: &KafkaError) -> bool {
@@ -699,33 +739,25 @@ impl Transactions {
     }
 
     /// Waits until every produced record is acknowledged, serving
-    /// delivery reports. rust-rdkafka's own `flush` (also called by
-    /// `commit_transaction`) polls in 100 ms slices that run to their end
-    /// even once the queue is empty, which would add ~100 ms to every
-    /// commit; this loop returns as soon as the queue drains, and sleeps
-    /// while it waits ([`serve_then_nap`]).
-    ///
-    /// `flush` wakes every broker thread of the producer (to send what
-    /// `linger.ms` holds back), so it runs once at the start and again
-    /// only once nothing is left in flight, not at every look.
+    /// delivery reports, one [`flushing_nap`] after the other: so what
+    /// `linger.ms` holds back is sent at once, and the wait ends within a
+    /// millisecond of the last acknowledgement. Not rust-rdkafka's own
+    /// `flush` (also called by `commit_transaction`): it polls in 100 ms
+    /// slices that run to their end even once the queue is empty, which
+    /// would add ~100 ms to every commit.
     fn flush_promptly(&self, timeout: Duration) -> Result<(), KafkaError> {
         let deadline = Instant::now() + timeout;
-        let mut nap = NAP;
         loop {
-            match self.producer.flush(Duration::ZERO) {
-                Ok(()) => return Ok(()),
-                Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {}
-                Err(e) => return Err(e),
+            if let Served::AllDelivered = serve(&self.producer) {
+                return Ok(());
             }
-            loop {
-                if Instant::now() >= deadline {
-                    return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
-                }
-                serve_then_nap(&self.producer, &mut nap);
-                if self.producer.in_flight_count() == 0 {
-                    break;
-                }
+            if self.producer.in_flight_count() == 0 {
+                return Ok(());
             }
+            if Instant::now() >= deadline {
+                return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+            }
+            flushing_nap(&self.producer);
         }
     }
 
