@@ -232,6 +232,33 @@ fn journal_args(path: &std::path::Path) -> Vec<String> {
 }
 
 /// Changelog records a run's restores skipped by the position rule.
+/// Creates the source with 4 partitions and produces every event of
+/// `accounts` to it at once (a backlog); the partitions' end offsets.
+fn produce_backlog(names: &Names, accounts: u64) -> Vec<i64> {
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(
+        &producer,
+        &names.source,
+        0..accounts * PER_ACCOUNT,
+        accounts,
+    );
+    producer.ends(&names.source, 4)
+}
+
+/// Waits until the group has committed the source up to `end`, then reads
+/// the folded topic to its end.
+fn folded_once_committed(app: &App, names: &Names, end: &[i64]) -> Vec<Consumed> {
+    wait_committed_to(
+        app,
+        &names.app,
+        &names.source,
+        end,
+        Duration::from_secs(300),
+    );
+    read_to_end(&names.folded, Duration::from_secs(60))
+}
+
 fn restore_skipped(log: &str) -> u64 {
     log.lines()
         .filter(|l| l.contains("Restore finished."))
@@ -1497,17 +1524,9 @@ fn aborts_with_a_batch_polled_ahead_lose_and_double_nothing() {
     let _serial = serial();
     let names = Names::new("ahead");
     let accounts = 2_000;
-    create_topic(&names.source, 4);
     // The whole backlog first, so batches are full and the next is always
     // there to poll ahead.
-    let producer = TestProducer::new();
-    produce_range(
-        &producer,
-        &names.source,
-        0..accounts * PER_ACCOUNT,
-        accounts,
-    );
-    let end = producer.ends(&names.source, 4);
+    let end = produce_backlog(&names, accounts);
     let dir = temp_dir();
     let mut config = names.app("a", dir.path().join("state"), true);
     let journal = dir.path().join("journal");
@@ -1517,14 +1536,7 @@ fn aborts_with_a_batch_polled_ahead_lose_and_double_nothing() {
         "sent:abort@2,sent:abort@3,sent:abort@5,sent:abort@8".into(),
     ]);
     let app = App::start(&config, dir.path());
-    wait_committed_to(
-        &app,
-        &names.app,
-        &names.source,
-        &end,
-        Duration::from_secs(240),
-    );
-    let outputs = read_to_end(&names.folded, Duration::from_secs(60));
+    let outputs = folded_once_committed(&app, &names, &end);
     assert_only_uncommitted_duplicates(&outputs, &TxnJournal::read(&journal), accounts);
     let aborted = app.metric("streamfold_transactions_aborted_total");
     assert_eq!(
@@ -1546,10 +1558,7 @@ fn a_member_joining_during_a_backlog_takes_a_share_of_it() {
     let names = Names::new("backlog-join");
     let accounts = 30_000;
     let total = accounts * PER_ACCOUNT;
-    create_topic(&names.source, 4);
-    let producer = TestProducer::new();
-    produce_range(&producer, &names.source, 0..total, accounts);
-    let end = producer.ends(&names.source, 4);
+    let end = produce_backlog(&names, accounts);
     let dir = temp_dir();
     let first = App::start(
         &names.app("a", dir.path().join("state-a"), true),
@@ -1573,13 +1582,7 @@ fn a_member_joining_during_a_backlog_takes_a_share_of_it() {
     eprintln!(
         "the first had consumed {consumed_by_first} of {total} when the second started a task"
     );
-    wait_committed_to(
-        &second,
-        &names.app,
-        &names.source,
-        &end,
-        Duration::from_secs(300),
-    );
+    let outputs = folded_once_committed(&second, &names, &end);
     let consumed_by_second = second.metric("streamfold_runtime_records_consumed_total");
     assert!(
         consumed_by_second > 0.0,
@@ -1588,7 +1591,6 @@ fn a_member_joining_during_a_backlog_takes_a_share_of_it() {
          first's log:\n{}",
         first.log_text()
     );
-    let outputs = read_to_end(&names.folded, Duration::from_secs(60));
     assert_exact(&outputs, accounts);
     second.stop();
     first.stop();
@@ -1604,28 +1606,13 @@ fn a_commit_does_not_wait_out_the_producer_s_linger() {
     let _serial = serial();
     let names = Names::new("linger");
     let accounts = 200;
-    create_topic(&names.source, 4);
-    let producer = TestProducer::new();
-    produce_range(
-        &producer,
-        &names.source,
-        0..accounts * PER_ACCOUNT,
-        accounts,
-    );
-    let end = producer.ends(&names.source, 4);
+    let end = produce_backlog(&names, accounts);
     let dir = temp_dir();
     let linger = Duration::from_secs(5);
     let mut config = names.app("a", dir.path().join("state"), true);
     config.args = vec!["-X".into(), format!("linger.ms={}", linger.as_millis())];
     let app = App::start(&config, dir.path());
-    wait_committed_to(
-        &app,
-        &names.app,
-        &names.source,
-        &end,
-        Duration::from_secs(240),
-    );
-    let outputs = read_to_end(&names.folded, Duration::from_secs(60));
+    let outputs = folded_once_committed(&app, &names, &end);
     assert_exact(&outputs, accounts);
     let text = app.metrics_text();
     let flush = |series: &str| {
