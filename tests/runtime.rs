@@ -231,7 +231,6 @@ fn journal_args(path: &std::path::Path) -> Vec<String> {
     vec!["--txn-journal".into(), path.display().to_string()]
 }
 
-/// Changelog records a run's restores skipped by the position rule.
 /// Creates the source with 4 partitions and produces every event of
 /// `accounts` to it at once (a backlog); the partitions' end offsets.
 fn produce_backlog(names: &Names, accounts: u64) -> Vec<i64> {
@@ -259,6 +258,7 @@ fn folded_once_committed(app: &App, names: &Names, end: &[i64]) -> Vec<Consumed>
     read_to_end(&names.folded, Duration::from_secs(60))
 }
 
+/// Changelog records a run's restores skipped by the position rule.
 fn restore_skipped(log: &str) -> u64 {
     log.lines()
         .filter(|l| l.contains("Restore finished."))
