@@ -147,7 +147,7 @@ impl<T: JsonState> StateValue for T {
     }
 
     fn decode(bytes: &[u8]) -> Result<Self, String> {
-        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+        crate::record::json::parse(bytes).map_err(|e| e.to_string())
     }
 }
 
