@@ -878,7 +878,7 @@ impl Operator for Fold {
         // One lookup of the open fold: it takes the event in place, or it
         // cannot take it without passing the cap (it closes first, and the
         // event opens the next fold), or there is none.
-        let found = match ctx.store(self.open).get_mut(key)? {
+        let found = ctx.store(self.open).update(key, |open| match open {
             Some(fold) if self.would_outgrow(fold, &values, fixed, bound) => Found::Outgrown,
             Some(fold) => {
                 fold.touched = fold.touched.max(now);
@@ -889,7 +889,7 @@ impl Operator for Fold {
                 Found::Merged(fold.count)
             }
             None => Found::Absent,
-        };
+        })?;
         let (count, arm) = match found {
             Found::Merged(count) => (count, None),
             Found::Outgrown | Found::Absent => {

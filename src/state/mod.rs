@@ -193,6 +193,27 @@ enum Slot<V> {
     Deleted,
 }
 
+/// The live value of a slot, which becomes dirty if it was clean.
+fn written<'s, V>(
+    slot: &'s mut Slot<V>,
+    dirty: &mut usize,
+    written: &mut Written,
+    key: &[u8],
+    cached: usize,
+) -> Option<&'s mut V> {
+    if let Slot::Clean(_) = slot
+        && let Slot::Clean(value) = std::mem::replace(slot, Slot::Deleted)
+    {
+        *slot = Slot::Dirty(value);
+        *dirty += 1;
+        written.mark(key, cached);
+    }
+    match slot {
+        Slot::Dirty(v) => Some(v),
+        _ => None,
+    }
+}
+
 /// A commit walks every slot when at least `slots / WALK_RATIO` keys were
 /// written since the last one, and looks up the written keys otherwise (see
 /// [`Overlay::walk_slots`]); 16 is log2 of a cache of 65,536 entries.
@@ -807,17 +828,35 @@ impl<V: StateValue> StoreView<'_, V> {
         let Some(slot) = self.overlay.slots.get_mut(key) else {
             return Ok(None);
         };
-        if let Slot::Clean(_) = slot
-            && let Slot::Clean(value) = std::mem::replace(slot, Slot::Deleted)
-        {
-            *slot = Slot::Dirty(value);
-            self.overlay.dirty += 1;
-            self.overlay.written.mark(key, cached);
+        Ok(written(
+            slot,
+            &mut self.overlay.dirty,
+            &mut self.overlay.written,
+            key,
+            cached,
+        ))
+    }
+
+    /// Runs `f` on the live value at `key`, marked as written, or on `None`
+    /// when there is none. A cached key takes one lookup, where
+    /// [`StoreView::get_mut`] takes two: a reference it returns cannot come
+    /// from the lookup that may be followed by a load.
+    pub(crate) fn update<R>(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(Option<&mut V>) -> R,
+    ) -> Result<R, StateError> {
+        let cached = self.overlay.slots.len();
+        match self.overlay.slots.get_mut(key) {
+            Some(slot) => Ok(f(written(
+                slot,
+                &mut self.overlay.dirty,
+                &mut self.overlay.written,
+                key,
+                cached,
+            ))),
+            None => Ok(f(self.get_mut(key)?)),
         }
-        Ok(match slot {
-            Slot::Dirty(v) => Some(v),
-            _ => None,
-        })
     }
 
     pub(crate) fn put(&mut self, key: &[u8], value: V) {
@@ -1080,6 +1119,45 @@ mod tests {
         assert_eq!(state.view(h).get(b"a").unwrap(), None);
         assert_eq!(state.view(h).get(b"b").unwrap(), Some(&2));
         assert!(!state.has_pending());
+    }
+
+    /// `update` writes as `get_mut` does, whether the key is cached,
+    /// only in the backend, deleted or absent.
+    #[test]
+    fn update_writes_cached_and_stored_values_and_sees_deleted_ones_absent() {
+        let (mut state, h) = state();
+        let mut view = state.view(h);
+        view.put(b"cached", 1);
+        view.put(b"stored", 2);
+        view.put(b"deleted", 3);
+        let entries = state.changelog().unwrap();
+        state.committed(entries, &[]).unwrap();
+        state.forget(0, b"stored");
+        let mut view = state.view(h);
+        view.delete(b"deleted");
+        let add = |n: Option<&mut u64>| {
+            n.map(|n| {
+                *n += 10;
+                *n
+            })
+        };
+        assert_eq!(view.update(b"cached", add).unwrap(), Some(11));
+        assert_eq!(view.update(b"stored", add).unwrap(), Some(12));
+        assert_eq!(view.update(b"deleted", add).unwrap(), None);
+        assert_eq!(view.update(b"absent", add).unwrap(), None);
+        let entries = state.changelog().unwrap();
+        let written: Vec<(&[u8], Option<&[u8]>)> = entries
+            .iter()
+            .map(|e| (&e.key[..], e.value.as_deref()))
+            .collect();
+        assert_eq!(
+            written,
+            [
+                (&b"cached"[..], Some(&b"11"[..])),
+                (b"deleted", None),
+                (b"stored", Some(b"12")),
+            ]
+        );
     }
 
     #[test]
