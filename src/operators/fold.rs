@@ -836,17 +836,17 @@ impl Operator for Fold {
                 "record has no key to fold by (give records a key or set `key_by`)".into(),
             ));
         };
-        // Check every field first, so a bad event changes nothing.
-        for (_, rule) in &self.fields {
-            if let (Some(pointer), Some(v)) = (&rule.from, contribution(rule, &record.value)) {
-                check(rule.rule, pointer, v).map_err(OpError::Record)?;
-            }
-        }
         let values: Vec<Option<&Value>> = self
             .fields
             .iter()
             .map(|(_, rule)| contribution(rule, &record.value))
             .collect();
+        // Check every field first, so a bad event changes nothing.
+        for ((_, rule), value) in self.fields.iter().zip(&values) {
+            if let (Some(pointer), Some(v)) = (&rule.from, value) {
+                check(rule.rule, pointer, v).map_err(OpError::Record)?;
+            }
+        }
         let fixed = self.fixed_bytes(key);
         let bound: u64 = self
             .fields
