@@ -194,7 +194,7 @@ enum Slot<V> {
 }
 
 /// The live value of a slot, which becomes dirty if it was clean.
-fn written<'s, V>(
+fn dirty_value<'s, V>(
     slot: &'s mut Slot<V>,
     dirty: &mut usize,
     written: &mut Written,
@@ -828,7 +828,7 @@ impl<V: StateValue> StoreView<'_, V> {
         let Some(slot) = self.overlay.slots.get_mut(key) else {
             return Ok(None);
         };
-        Ok(written(
+        Ok(dirty_value(
             slot,
             &mut self.overlay.dirty,
             &mut self.overlay.written,
@@ -848,7 +848,7 @@ impl<V: StateValue> StoreView<'_, V> {
     ) -> Result<R, StateError> {
         let cached = self.overlay.slots.len();
         match self.overlay.slots.get_mut(key) {
-            Some(slot) => Ok(f(written(
+            Some(slot) => Ok(f(dirty_value(
                 slot,
                 &mut self.overlay.dirty,
                 &mut self.overlay.written,
