@@ -13,10 +13,8 @@
 //! producer stay on one thread, so the exactly-once cycle is the same
 //! whatever the number of threads (`docs/exactly-once.md`, "Threads").
 
-use rdkafka::Message;
-use rdkafka::message::BorrowedMessage;
-
 use super::commit::TaskCursor;
+use super::fetch::Fetched;
 use super::{RuntimeError, wire};
 use crate::formats::Codecs;
 use crate::record::Timestamp;
@@ -28,7 +26,7 @@ pub(super) const BATCH: usize = 512;
 
 /// A polled message and the epoch (rebalance callbacks and rewinds so
 /// far) after the poll that returned it (see `Engine::rewound_at`).
-pub(super) type Polled<'c> = (BorrowedMessage<'c>, u64);
+pub(super) type Polled<'c> = (Fetched<'c>, u64);
 
 /// An input topic of this topology.
 pub(super) struct Input {

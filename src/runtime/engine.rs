@@ -24,14 +24,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaResult;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientContext, Message, Statistics};
+use rdkafka::{ClientContext, Statistics};
 
 use super::admin::Layout;
 use super::batch::{self, BATCH, Input, InputKind, Polled, Scratch, Shared};
@@ -40,6 +39,7 @@ use super::commit::{
     CommitCycle, CommitError, CycleTask, FaultPoint, Faults, Produce, TaskCursor, Transactions,
 };
 use super::config::{self, RunOptions};
+use super::fetch::TaskQueue;
 use super::restore::Restorer;
 use super::{RuntimeError, admin, query, wire};
 use crate::formats::{Codecs, Wire};
@@ -330,8 +330,9 @@ fn rounds<'c>(
 }
 
 /// Each running task's partitions on queues of their own
-/// (`split_partition_queue`), so that a batch takes a share of every task
-/// with records waiting and the processing threads all have work:
+/// ([`TaskQueue`], polled a share at a time), so that a batch takes a
+/// share of every task with records waiting and the processing threads
+/// all have work:
 /// librdkafka queues a fetch response partition by partition, so the
 /// consumer's one queue hands out long runs of a single partition, which
 /// one thread processes while the others wait.
@@ -344,7 +345,7 @@ fn rounds<'c>(
 /// version barrier).
 #[derive(Default)]
 struct Queues {
-    by_task: BTreeMap<i32, Vec<PartitionQueue<EngineContext>>>,
+    by_task: BTreeMap<i32, Vec<TaskQueue<EngineContext>>>,
 }
 
 impl Queues {
@@ -374,7 +375,7 @@ impl Queues {
                 .inputs
                 .iter()
                 .filter_map(|input| {
-                    let queue = consumer.split_partition_queue(&input.topic, task);
+                    let queue = TaskQueue::split(consumer, &input.topic, task);
                     if queue.is_none() {
                         // It stays on the consumer's queue, still in order.
                         tracing::warn!(topic = %input.topic, partition = task, "No queue of its own for a partition.");
@@ -427,13 +428,17 @@ fn poll_queues<'c>(
     polled: &mut Vec<Polled<'c>>,
     epoch: &AtomicU64,
 ) -> Result<(), RuntimeError> {
-    let queues: Vec<&PartitionQueue<EngineContext>> = queues.by_task.values().flatten().collect();
+    let queues: Vec<&TaskQueue<EngineContext>> = queues.by_task.values().flatten().collect();
     let share = (BATCH / queues.len().max(1)).max(1);
     loop {
         let before = polled.len();
         for queue in &queues {
-            let end = (polled.len() + share).min(BATCH);
-            while polled.len() < end && take(queue.poll(Duration::ZERO), epoch, polled)? {}
+            let want = share.min(BATCH - polled.len());
+            if want > 0 {
+                queue
+                    .take(want, || epoch.load(Ordering::Acquire), polled)
+                    .map_err(|e| RuntimeError::Kafka(KafkaError::MessageConsumptionFatal(e)))?;
+            }
         }
         if polled.len() == before || polled.len() >= BATCH {
             return Ok(());
@@ -449,7 +454,7 @@ fn take<'c>(
 ) -> Result<bool, RuntimeError> {
     match result {
         Some(Ok(message)) => {
-            polled.push((message, epoch.load(Ordering::Acquire)));
+            polled.push((message.into(), epoch.load(Ordering::Acquire)));
             Ok(true)
         }
         // A static member replaced by another with the same instance id:

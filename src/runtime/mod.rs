@@ -18,6 +18,7 @@ pub mod commit;
 pub mod config;
 pub mod connect;
 pub mod engine;
+pub(crate) mod fetch;
 pub mod metrics;
 pub mod query;
 pub mod replay;

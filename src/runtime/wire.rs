@@ -14,8 +14,7 @@
 //!   the receiving task can drop a copy re-sent after a failure
 //!   ([`Upstream`]).
 
-use rdkafka::Message;
-use rdkafka::message::{BorrowedMessage, Headers};
+use super::fetch::Fetched;
 
 use crate::formats::{CodecError, json};
 use crate::record::{Origin, Record, Timestamp};
@@ -28,19 +27,8 @@ const INPUT_HEADER: &str = "streamfold.input";
 const SOURCE_HEADER: &str = "streamfold.src";
 
 /// A message's headers, owned (records keep them).
-pub(crate) fn headers(message: &BorrowedMessage<'_>) -> Vec<(String, Vec<u8>)> {
-    let Some(headers) = message.headers() else {
-        return Vec::new();
-    };
-    headers
-        .iter()
-        .map(|h| {
-            (
-                h.key.to_string(),
-                h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-            )
-        })
-        .collect()
+pub(crate) fn headers(message: &Fetched<'_>) -> Vec<(String, Vec<u8>)> {
+    message.headers()
 }
 
 /// Where `message` came from, with its bytes as read. `topic` is the
@@ -48,7 +36,7 @@ pub(crate) fn headers(message: &BorrowedMessage<'_>) -> Vec<(String, Vec<u8>)> {
 /// librdkafka, whose answer is a C string measured and checked as UTF-8 at
 /// every call.
 pub(crate) fn origin<'a>(
-    message: &'a BorrowedMessage<'_>,
+    message: &'a Fetched<'_>,
     topic: &'a str,
     headers: &'a [(String, Vec<u8>)],
 ) -> Origin<'a> {
@@ -63,7 +51,7 @@ pub(crate) fn origin<'a>(
 }
 
 /// The message's timestamp, or `now` when it has none.
-pub(crate) fn timestamp(message: &BorrowedMessage<'_>, now: Timestamp) -> Timestamp {
+pub(crate) fn timestamp(message: &Fetched<'_>, now: Timestamp) -> Timestamp {
     message.timestamp().to_millis().unwrap_or(now)
 }
 

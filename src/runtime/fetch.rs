@@ -1,0 +1,268 @@
+//! Messages as the processing loop polls them: many at a time from a
+//! task's own partition queue (`rd_kafka_consume_batch_queue`), or one at
+//! a time from the consumer's queue, where rebalances are served.
+//!
+//! rust-rdkafka polls one message per call, and each call reads the clock
+//! (librdkafka and rust-rdkafka both) and wraps the message in an event
+//! kept alive by an `Arc`; polling and releasing messages that way took a
+//! third of the polling thread's samples (BENCHMARKS.md). A batch from
+//! librdkafka costs one call, and a message is released by one
+//! `rd_kafka_message_destroy`. librdkafka applies the same version
+//! barrier to a batch as to a single poll, so nothing fetched before a
+//! seek comes back after it.
+
+use std::ffi::{CStr, CString};
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use rdkafka::Message;
+use rdkafka::bindings as rdsys;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::{BorrowedMessage, Timestamp};
+
+/// The most messages one call takes from a task's queue.
+pub(crate) const MAX_TAKE: usize = 512;
+
+/// A task's partition split off the consumer's queue, so that its
+/// messages are polled apart from every other partition's.
+pub(crate) struct TaskQueue<C: ConsumerContext> {
+    queue: NonNull<rdsys::rd_kafka_queue_t>,
+    /// The consumer the queue belongs to, which must outlive it.
+    _consumer: Arc<BaseConsumer<C>>,
+}
+
+// librdkafka's queues are thread-safe; the engine polls each from one
+// thread.
+unsafe impl<C: ConsumerContext> Send for TaskQueue<C> {}
+unsafe impl<C: ConsumerContext> Sync for TaskQueue<C> {}
+
+impl<C: ConsumerContext> TaskQueue<C> {
+    /// `topic`'s partition `partition`, its queue forwarded to none but
+    /// this handle; `None` when librdkafka does not know the partition.
+    pub(crate) fn split(
+        consumer: &Arc<BaseConsumer<C>>,
+        topic: &str,
+        partition: i32,
+    ) -> Option<Self> {
+        let topic = CString::new(topic).ok()?;
+        // SAFETY: the client pointer is the live consumer's; the returned
+        // queue is a new reference, released in `drop`.
+        let queue = unsafe {
+            rdsys::rd_kafka_queue_get_partition(
+                consumer.client().native_ptr(),
+                topic.as_ptr(),
+                partition,
+            )
+        };
+        let queue = NonNull::new(queue)?;
+        // SAFETY: `queue` is valid; forwarding to null detaches it from the
+        // consumer's queue.
+        unsafe { rdsys::rd_kafka_queue_forward(queue.as_ptr(), ptr::null_mut()) };
+        Some(TaskQueue {
+            queue,
+            _consumer: Arc::clone(consumer),
+        })
+    }
+
+    /// Takes up to `max` (at most [`MAX_TAKE`]) messages without waiting,
+    /// in offset order, each pushed with `epoch()` as it is after the
+    /// call. A message carrying an error instead (librdkafka's, for the
+    /// partition) is logged and released; a fatal one is returned, the
+    /// consumer cannot go on.
+    pub(crate) fn take<'q>(
+        &'q self,
+        max: usize,
+        epoch: impl FnOnce() -> u64,
+        into: &mut Vec<(Fetched<'q>, u64)>,
+    ) -> Result<(), RDKafkaErrorCode> {
+        let max = max.min(MAX_TAKE);
+        let mut raw = [ptr::null_mut(); MAX_TAKE];
+        // SAFETY: `raw` has room for `max` pointers; librdkafka fills the
+        // first `count` with messages the caller owns.
+        let count = unsafe {
+            rdsys::rd_kafka_consume_batch_queue(self.queue.as_ptr(), 0, raw.as_mut_ptr(), max)
+        };
+        let Ok(count) = usize::try_from(count) else {
+            return Ok(());
+        };
+        let epoch = epoch();
+        let mut fatal = None;
+        for &message in &raw[..count] {
+            let Some(message) = NonNull::new(message) else {
+                continue;
+            };
+            // Owned from here: released when dropped, taken or not.
+            let fetched = Fetched(Kind::Task(message, PhantomData));
+            let err = fetched.raw().err;
+            if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                into.push((fetched, epoch));
+                continue;
+            }
+            let error = RDKafkaErrorCode::from(err);
+            if error == RDKafkaErrorCode::Fatal {
+                fatal = Some(error);
+            }
+            tracing::warn!(topic = fetched.topic(), partition = fetched.partition(), %error, "Consumer error.");
+        }
+        fatal.map_or(Ok(()), Err)
+    }
+}
+
+impl<C: ConsumerContext> Drop for TaskQueue<C> {
+    fn drop(&mut self) {
+        // SAFETY: the reference taken in `split`, released once.
+        unsafe { rdsys::rd_kafka_queue_destroy(self.queue.as_ptr()) };
+    }
+}
+
+/// A polled message.
+pub(crate) struct Fetched<'q>(Kind<'q>);
+
+enum Kind<'q> {
+    /// From the consumer's queue.
+    Consumer(BorrowedMessage<'q>),
+    /// From a task's queue: owned, destroyed on drop.
+    Task(NonNull<rdsys::rd_kafka_message_t>, PhantomData<&'q ()>),
+}
+
+// Read-only once polled; librdkafka releases a message from any thread.
+unsafe impl Send for Fetched<'_> {}
+unsafe impl Sync for Fetched<'_> {}
+
+impl<'q> From<BorrowedMessage<'q>> for Fetched<'q> {
+    fn from(message: BorrowedMessage<'q>) -> Self {
+        Fetched(Kind::Consumer(message))
+    }
+}
+
+impl Drop for Fetched<'_> {
+    fn drop(&mut self) {
+        if let Kind::Task(message, _) = self.0 {
+            // SAFETY: owned since `take`, destroyed once.
+            unsafe { rdsys::rd_kafka_message_destroy(message.as_ptr()) };
+        }
+    }
+}
+
+impl Fetched<'_> {
+    fn raw(&self) -> &rdsys::rd_kafka_message_t {
+        match &self.0 {
+            // SAFETY: valid while the message is held.
+            Kind::Consumer(message) => unsafe { &*message.ptr() },
+            Kind::Task(message, _) => unsafe { message.as_ref() },
+        }
+    }
+
+    fn raw_ptr(&self) -> *mut rdsys::rd_kafka_message_t {
+        match &self.0 {
+            Kind::Consumer(message) => message.ptr(),
+            Kind::Task(message, _) => message.as_ptr(),
+        }
+    }
+
+    pub(crate) fn key(&self) -> Option<&[u8]> {
+        let raw = self.raw();
+        // SAFETY: librdkafka's key and its length, valid while held.
+        unsafe { slice(raw.key.cast(), raw.key_len) }
+    }
+
+    pub(crate) fn payload(&self) -> Option<&[u8]> {
+        let raw = self.raw();
+        // SAFETY: as for the key.
+        unsafe { slice(raw.payload.cast(), raw.len) }
+    }
+
+    /// The topic's name (Kafka's names are ASCII); empty for an error
+    /// that names no topic.
+    pub(crate) fn topic(&self) -> &str {
+        let topic = self.raw().rkt;
+        if topic.is_null() {
+            return "";
+        }
+        // SAFETY: a message's topic handle lives as long as the message.
+        let name = unsafe { CStr::from_ptr(rdsys::rd_kafka_topic_name(topic)) };
+        name.to_str().unwrap_or_default()
+    }
+
+    pub(crate) fn partition(&self) -> i32 {
+        self.raw().partition
+    }
+
+    pub(crate) fn offset(&self) -> i64 {
+        self.raw().offset
+    }
+
+    pub(crate) fn timestamp(&self) -> Timestamp {
+        match &self.0 {
+            Kind::Consumer(message) => message.timestamp(),
+            Kind::Task(..) => {
+                let mut kind = rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+                // SAFETY: a valid message.
+                let at = unsafe { rdsys::rd_kafka_message_timestamp(self.raw_ptr(), &mut kind) };
+                match kind {
+                    _ if at == -1 => Timestamp::NotAvailable,
+                    rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE => {
+                        Timestamp::NotAvailable
+                    }
+                    rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_CREATE_TIME => {
+                        Timestamp::CreateTime(at)
+                    }
+                    rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => {
+                        Timestamp::LogAppendTime(at)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The message's headers, owned. A header name that is not UTF-8 is
+    /// read lossily (rust-rdkafka's reader panics on one).
+    pub(crate) fn headers(&self) -> Vec<(String, Vec<u8>)> {
+        let mut headers = ptr::null_mut();
+        // SAFETY: a valid message; the headers belong to it.
+        let err = unsafe { rdsys::rd_kafka_message_headers(self.raw_ptr(), &mut headers) };
+        if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: `headers` is valid while the message is held.
+        let count = unsafe { rdsys::rd_kafka_header_cnt(headers) };
+        (0..count)
+            .filter_map(|index| {
+                let mut name = ptr::null();
+                let mut value = ptr::null();
+                let mut size = 0;
+                // SAFETY: `index` is below the count; the outputs point
+                // into the headers.
+                let err = unsafe {
+                    rdsys::rd_kafka_header_get_all(headers, index, &mut name, &mut value, &mut size)
+                };
+                if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                    return None;
+                }
+                // SAFETY: a NUL-terminated name and `size` bytes of value.
+                let name = unsafe { CStr::from_ptr(name) }
+                    .to_string_lossy()
+                    .into_owned();
+                let value = unsafe { slice(value.cast(), size) }.map(<[u8]>::to_vec);
+                Some((name, value.unwrap_or_default()))
+            })
+            .collect()
+    }
+}
+
+/// `len` bytes at `data`, or `None` for a null pointer.
+///
+/// # Safety
+/// A non-null `data` points to `len` readable bytes that outlive `'a`.
+unsafe fn slice<'a>(data: *const u8, len: usize) -> Option<&'a [u8]> {
+    if data.is_null() {
+        None
+    } else if len == 0 {
+        Some(&[])
+    } else {
+        // SAFETY: the caller's promise.
+        Some(unsafe { std::slice::from_raw_parts(data, len) })
+    }
+}
