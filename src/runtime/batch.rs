@@ -207,7 +207,7 @@ pub(super) fn handle(
                 .count += 1;
             continue;
         }
-        let headers = wire::headers(message);
+        let headers = message.headers();
         let origin = wire::origin(message, &shared.inputs[input].topic, &headers);
         let timestamp = wire::timestamp(message, shared.now);
         let outputs = &mut scratch.outputs;

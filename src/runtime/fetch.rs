@@ -16,7 +16,6 @@ use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use rdkafka::Message;
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::RDKafkaErrorCode;
@@ -148,11 +147,8 @@ impl Drop for Fetched<'_> {
 
 impl Fetched<'_> {
     fn raw(&self) -> &rdsys::rd_kafka_message_t {
-        match &self.0 {
-            // SAFETY: valid while the message is held.
-            Kind::Consumer(message) => unsafe { &*message.ptr() },
-            Kind::Task(message, _) => unsafe { message.as_ref() },
-        }
+        // SAFETY: valid while the message is held.
+        unsafe { &*self.raw_ptr() }
     }
 
     fn raw_ptr(&self) -> *mut rdsys::rd_kafka_message_t {
@@ -195,24 +191,19 @@ impl Fetched<'_> {
     }
 
     pub(crate) fn timestamp(&self) -> Timestamp {
-        match &self.0 {
-            Kind::Consumer(message) => message.timestamp(),
-            Kind::Task(..) => {
-                let mut kind = rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
-                // SAFETY: a valid message.
-                let at = unsafe { rdsys::rd_kafka_message_timestamp(self.raw_ptr(), &mut kind) };
-                match kind {
-                    _ if at == -1 => Timestamp::NotAvailable,
-                    rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE => {
-                        Timestamp::NotAvailable
-                    }
-                    rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_CREATE_TIME => {
-                        Timestamp::CreateTime(at)
-                    }
-                    rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => {
-                        Timestamp::LogAppendTime(at)
-                    }
-                }
+        let mut kind = rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+        // SAFETY: a valid message.
+        let at = unsafe { rdsys::rd_kafka_message_timestamp(self.raw_ptr(), &mut kind) };
+        match kind {
+            _ if at == -1 => Timestamp::NotAvailable,
+            rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE => {
+                Timestamp::NotAvailable
+            }
+            rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_CREATE_TIME => {
+                Timestamp::CreateTime(at)
+            }
+            rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => {
+                Timestamp::LogAppendTime(at)
             }
         }
     }

@@ -3,10 +3,10 @@
 //!
 //! Source records are decoded by the topology's codecs
 //! ([`crate::formats::Codecs::decode_record`], shared with the offline
-//! driver); this module holds what only a broker has: message headers, the
-//! message's timestamp, and the records streamfold writes to its own
-//! repartition topics. A repartition record is the record's key, its value
-//! as JSON, its headers, and two of ours:
+//! driver); this module holds what only a broker has: a message's origin and
+//! timestamp ([`crate::runtime::fetch`] reads its headers), and the records
+//! streamfold writes to its own repartition topics. A repartition record is
+//! the record's key, its value as JSON, its headers, and two of ours:
 //!
 //! - `streamfold.input`: which input of the receiving node it is for;
 //! - `streamfold.src`: `<topic>/<partition>/<offset>/<seq>`, the source
@@ -25,11 +25,6 @@ const INPUT_HEADER: &str = "streamfold.input";
 /// Header naming where a repartition record came from:
 /// `<topic>/<partition>/<offset>/<seq>`.
 const SOURCE_HEADER: &str = "streamfold.src";
-
-/// A message's headers, owned (records keep them).
-pub(crate) fn headers(message: &Fetched<'_>) -> Vec<(String, Vec<u8>)> {
-    message.headers()
-}
 
 /// Where `message` came from, with its bytes as read. `topic` is the
 /// message's topic as the input names it: the same name, without asking
