@@ -84,6 +84,7 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
+use smallvec::SmallVec;
 
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
@@ -836,7 +837,8 @@ impl Operator for Fold {
                 "record has no key to fold by (give records a key or set `key_by`)".into(),
             ));
         };
-        let values: Vec<Option<&Value>> = self
+        // Inline for up to eight fields: no allocation per event.
+        let values: SmallVec<[Option<&Value>; 8]> = self
             .fields
             .iter()
             .map(|(_, rule)| contribution(rule, &record.value))

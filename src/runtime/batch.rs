@@ -184,6 +184,7 @@ pub(super) fn handle(
     scratch: &mut Scratch,
 ) {
     task.set_processing_time(shared.now);
+    let mut records = task.records();
     for &(index, input) in &scratch.messages {
         let message = &shared.batch[index].0;
         // Behind the task's position: processed already. Only the engine
@@ -222,7 +223,7 @@ pub(super) fn handle(
                         timestamp,
                         headers.clone(),
                     );
-                    result = task.process_source(source, &origin, decoded, outputs);
+                    result = records.process_source(source, &origin, decoded, outputs);
                     if result.is_err() {
                         break;
                     }
@@ -233,7 +234,7 @@ pub(super) fn handle(
                 let read =
                     wire::read_repartitioned(message.key(), message.payload(), timestamp, &headers);
                 match read.record {
-                    Ok(record) => task.process_repartitioned(
+                    Ok(record) => records.process_repartitioned(
                         *node,
                         read.input,
                         read.upstream,
@@ -242,7 +243,7 @@ pub(super) fn handle(
                         outputs,
                     ),
                     Err(reason) => {
-                        task.unreadable_repartitioned(*node, &origin, &reason, outputs);
+                        records.unreadable_repartitioned(*node, &origin, &reason, outputs);
                         Ok(())
                     }
                 }

@@ -198,6 +198,91 @@ struct Snapshot {
     stats: Vec<NodeStats>,
 }
 
+/// A task taking a run of records ([`Task::records`]), such as its share
+/// of a polled batch. The topology is held once for the run: cloning its
+/// `Arc` for every record made the threads processing different tasks
+/// contend on its count (BENCHMARKS.md, "The topology held once per batch").
+pub struct Records<'t> {
+    task: &'t mut Task,
+    topology: Arc<Topology>,
+}
+
+impl Records<'_> {
+    /// One record from source `source`: `decoded` is the decoded record or
+    /// why decoding failed.
+    pub fn process_source(
+        &mut self,
+        source: usize,
+        origin: &Origin<'_>,
+        decoded: Result<Record, CodecError>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TaskError> {
+        self.task
+            .source_record(&self.topology, source, origin, decoded, out)
+    }
+
+    /// One record read back from node `node`'s repartition topic, for its
+    /// `input`-th input. A record whose `upstream` position was already
+    /// seen is a re-delivery (a broker that shows aborted transactions) and
+    /// is dropped, counted.
+    pub(crate) fn process_repartitioned(
+        &mut self,
+        node: usize,
+        input: usize,
+        upstream: Option<Upstream>,
+        origin: &Origin<'_>,
+        record: Record,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TaskError> {
+        let task = &mut *self.task;
+        if let (Some(upstream), Some(seen)) = (upstream, task.nodes[node].seen) {
+            let current = Seen {
+                offset: upstream.offset,
+                seq: upstream.seq,
+            };
+            let mut view = task.state.view(seen);
+            let duplicate = view
+                .get(upstream.source.as_bytes())?
+                .is_some_and(|last| (current.offset, current.seq) <= (last.offset, last.seq));
+            if duplicate {
+                task.nodes[node]
+                    .stats
+                    .add(NodeCounter::RepartitionDuplicates, 1);
+                return Ok(());
+            }
+            view.put(upstream.source.as_bytes(), current);
+        }
+        task.advance_event_time(record.timestamp);
+        task.last_record = Some((task.clocks.processing, task.clocks.event));
+        task.run_node(&self.topology, node, input, record, Some(origin), out)?;
+        task.fire_timers(Clock::Event, out, TIMERS_PER_RECORD)?;
+        Ok(())
+    }
+
+    /// A record on node `node`'s repartition topic that cannot be read
+    /// back (not written by streamfold, or damaged): it goes to the
+    /// dead-letter topic as read, counted on the node.
+    pub(crate) fn unreadable_repartitioned(
+        &mut self,
+        node: usize,
+        origin: &Origin<'_>,
+        reason: &str,
+        out: &mut Vec<Output>,
+    ) {
+        let name = &self.topology.nodes[node].name;
+        self.task.nodes[node]
+            .stats
+            .dead_letter(DeadLetterReason::UndecodableValue);
+        out.push(Output::DeadLetter(dead_letter(
+            Some(origin),
+            name,
+            DeadLetterReason::UndecodableValue,
+            reason,
+            1,
+        )));
+    }
+}
+
 impl Task {
     /// Builds every operator over `backend`, whose stores are
     /// [`Topology::stores`] in order.
@@ -438,6 +523,15 @@ impl Task {
         }
     }
 
+    /// A run of records for this task, with its topology held once for the
+    /// run ([`Records`]). For a single record, [`Task::process_source`].
+    pub fn records(&mut self) -> Records<'_> {
+        Records {
+            topology: Arc::clone(&self.topology),
+            task: self,
+        }
+    }
+
     /// One record from source `source`: `decoded` is the decoded record or
     /// why decoding failed.
     pub fn process_source(
@@ -447,7 +541,17 @@ impl Task {
         decoded: Result<Record, CodecError>,
         out: &mut Vec<Output>,
     ) -> Result<(), TaskError> {
-        let topology = Arc::clone(&self.topology);
+        self.records().process_source(source, origin, decoded, out)
+    }
+
+    fn source_record(
+        &mut self,
+        topology: &Topology,
+        source: usize,
+        origin: &Origin<'_>,
+        decoded: Result<Record, CodecError>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TaskError> {
         let def = &topology.sources[source];
         let mut record = match decoded {
             Ok(record) => record,
@@ -486,70 +590,9 @@ impl Task {
         }
         self.advance_event_time(record.timestamp);
         self.last_record = Some((self.clocks.processing, self.clocks.event));
-        self.deliver(&topology, &def.targets, record, Some(origin), out)?;
+        self.deliver(topology, &def.targets, record, Some(origin), out)?;
         self.fire_timers(Clock::Event, out, TIMERS_PER_RECORD)?;
         Ok(())
-    }
-
-    /// One record read back from node `node`'s repartition topic, for its
-    /// `input`-th input. A record whose `upstream` position was already
-    /// seen is a re-delivery (a broker that shows aborted transactions) and
-    /// is dropped, counted.
-    pub(crate) fn process_repartitioned(
-        &mut self,
-        node: usize,
-        input: usize,
-        upstream: Option<Upstream>,
-        origin: &Origin<'_>,
-        record: Record,
-        out: &mut Vec<Output>,
-    ) -> Result<(), TaskError> {
-        if let (Some(upstream), Some(seen)) = (upstream, self.nodes[node].seen) {
-            let current = Seen {
-                offset: upstream.offset,
-                seq: upstream.seq,
-            };
-            let mut view = self.state.view(seen);
-            let duplicate = view
-                .get(upstream.source.as_bytes())?
-                .is_some_and(|last| (current.offset, current.seq) <= (last.offset, last.seq));
-            if duplicate {
-                self.nodes[node]
-                    .stats
-                    .add(NodeCounter::RepartitionDuplicates, 1);
-                return Ok(());
-            }
-            view.put(upstream.source.as_bytes(), current);
-        }
-        self.advance_event_time(record.timestamp);
-        self.last_record = Some((self.clocks.processing, self.clocks.event));
-        let topology = Arc::clone(&self.topology);
-        self.run_node(&topology, node, input, record, Some(origin), out)?;
-        self.fire_timers(Clock::Event, out, TIMERS_PER_RECORD)?;
-        Ok(())
-    }
-
-    /// A record on node `node`'s repartition topic that cannot be read
-    /// back (not written by streamfold, or damaged): it goes to the
-    /// dead-letter topic as read, counted on the node.
-    pub(crate) fn unreadable_repartitioned(
-        &mut self,
-        node: usize,
-        origin: &Origin<'_>,
-        reason: &str,
-        out: &mut Vec<Output>,
-    ) {
-        let name = &self.topology.nodes[node].name;
-        self.nodes[node]
-            .stats
-            .dead_letter(DeadLetterReason::UndecodableValue);
-        out.push(Output::DeadLetter(dead_letter(
-            Some(origin),
-            name,
-            DeadLetterReason::UndecodableValue,
-            reason,
-            1,
-        )));
     }
 
     /// The wall-clock tick: fires processing-time timers and, when the task
@@ -656,6 +699,10 @@ impl Task {
                 let def = &topology.nodes[node];
                 if let Some(pointer) = &def.common.key_by {
                     match pointer.get(&record.value).filter(|v| !v.is_null()) {
+                        // Producers mostly key a record by the field it is
+                        // grouped by: then its key stays, not reallocated.
+                        Some(Value::String(key))
+                            if record.key.as_deref() == Some(key.as_bytes()) => {}
                         Some(key) => record.key = Some(key_bytes(key)),
                         None => {
                             let code = DeadLetterReason::MissingKeyField;
