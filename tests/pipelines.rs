@@ -541,3 +541,137 @@ sinks:
         BTreeSet::from(["u0".into(), "u1".into(), "u2".into()])
     );
 }
+
+/// A header whose name is not UTF-8 (Kafka allows any bytes; rust-rdkafka's
+/// header reader panics on one) neither stops `run` nor loses its record:
+/// the name reaches the sink read lossily, the other headers as they were.
+#[test]
+fn a_header_name_that_is_not_utf8_is_read_lossily_and_the_record_goes_on() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let source = unique("raw-header-events");
+    let sink = unique("raw-header-out");
+    create_topic(&source, 2);
+    let topology = dir.path().join("raw-headers.yaml");
+    write_json_topology(
+        &topology,
+        "",
+        "nodes:
+  kept:
+    type: filter
+    input: events
+    condition: '.n >= 0'
+sinks:
+  out:
+    topic: ${OUT_TOPIC}
+    input: kept
+    create: true
+",
+    );
+    let count = 10;
+    let producer = TestProducer::new();
+    for n in 0..count {
+        let value = json!({"n": n}).to_string();
+        producer.send_raw_headers(
+            &source,
+            None,
+            format!("k{n}").as_bytes(),
+            value.as_bytes(),
+            &[(b"tr\xffce", b"t"), (b"tenant", b"acme")],
+        );
+    }
+    producer.flush();
+    let config = AppConfig {
+        topology,
+        instance: "a".into(),
+        state_dir: dir.path().join("state"),
+        env: env_vars(&[
+            ("STREAMFOLD_APP", &unique("sf-raw-headers")),
+            ("EVENTS_TOPIC", &source),
+            ("OUT_TOPIC", &sink),
+            ("DEAD_LETTER_TOPIC", &unique("raw-headers-dlq")),
+        ]),
+        txn_header: false,
+        args: Vec::new(),
+    };
+    let app = App::start(&config, dir.path());
+    let out = read_topic(
+        &sink,
+        count,
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+    );
+    app.stop();
+
+    assert_eq!(out.len(), count, "{out:?}");
+    let mut seen = BTreeSet::new();
+    for record in &out {
+        let n = record.json()["n"].as_u64().unwrap();
+        assert!(seen.insert(n), "n = {n} twice");
+        let headers: Vec<(&str, &str)> = record
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        assert_eq!(
+            headers,
+            [("tr\u{FFFD}ce", "t"), ("tenant", "acme")],
+            "record {n}"
+        );
+    }
+}
+
+/// `dlq replay` reads a dead letter whose header name is not UTF-8 (written
+/// by another client, or kept from the original record) instead of
+/// panicking on it, and replays it with the name read lossily.
+#[test]
+fn replay_reads_a_dead_letter_whose_header_name_is_not_utf8() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let source = unique("raw-replay-events");
+    let dlq = unique("raw-replay-dlq");
+    create_topic(&source, 1);
+    create_topic(&dlq, 1);
+    let topology = dir.path().join("raw-replay.yaml");
+    write_json_topology(
+        &topology,
+        "",
+        "nodes:
+  kept:
+    type: filter
+    input: events
+    condition: '.n >= 0'
+sinks:
+  out:
+    topic: ${OUT_TOPIC}
+    input: kept
+    create: true
+",
+    );
+    let names = env_vars(&[
+        ("STREAMFOLD_APP", &unique("sf-raw-replay")),
+        ("EVENTS_TOPIC", &source),
+        ("OUT_TOPIC", &unique("raw-replay-out")),
+        ("DEAD_LETTER_TOPIC", &dlq),
+    ]);
+    let producer = TestProducer::new();
+    producer.send_raw_headers(
+        &dlq,
+        None,
+        b"k0",
+        br#"{"n": 0}"#,
+        &[
+            (b"tr\xffce", b"t"),
+            (b"streamfold.dlq.topic", source.as_bytes()),
+        ],
+    );
+    producer.flush();
+
+    let dry = replay(&topology, &names, &["--dry-run"]);
+    assert!(dry.contains("would replay 1 of 1 dead letters"), "{dry}");
+    let done = replay(&topology, &names, &[]);
+    assert!(done.contains("replayed 1 of 1 dead letters"), "{done}");
+    let replayed = read_topic(&source, 1, Duration::from_secs(1), Duration::from_secs(30));
+    assert_eq!(replayed.len(), 1, "{replayed:?}");
+    assert_eq!(replayed[0].header("tr\u{FFFD}ce"), Some("t"));
+}

@@ -645,3 +645,49 @@ fn deleted_group_offsets_lose_only_each_changelog_s_last_transaction() {
         "the restore warned about the undecidable last transactions; log:\n{log}"
     );
 }
+
+/// A changelog record with a header name that is not UTF-8 (another client
+/// wrote to the changelog topic; Kafka allows any bytes, rust-rdkafka's
+/// header reader panics on them) does not stop a restore: here a copy of
+/// a real changelog record with such a header added, restored from scratch.
+#[test]
+fn a_changelog_header_name_that_is_not_utf8_does_not_stop_a_restore() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-raw-changelog-header");
+    let config = run_until_every_account_has_an_open_fold(dir.path(), &app);
+    let changelog = format!("{app}-fold_account-open-changelog");
+    let records = read_to_end(&changelog, Duration::from_secs(30));
+    let last = records
+        .iter()
+        .rfind(|r| r.partition == 0 && r.key.is_some() && r.payload.is_some())
+        .expect("a changelog record of partition 0");
+    let mut headers: Vec<(&[u8], &[u8])> = last
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_bytes(), value.as_bytes()))
+        .collect();
+    headers.push((b"tr\xffce", b"t"));
+    let producer = TestProducer::new();
+    producer.send_raw_headers(
+        &changelog,
+        Some(0),
+        last.key.as_deref().unwrap().as_bytes(),
+        last.payload.as_deref().unwrap(),
+        &headers,
+    );
+    producer.flush();
+
+    std::fs::remove_dir_all(&config.state_dir).unwrap();
+    let second = App::start(&config, dir.path());
+    second.wait_metric_present(
+        "streamfold_fold_open_folds",
+        Duration::from_secs(120),
+        |n| n == ACCOUNTS as f64,
+    );
+    let log = second.stop();
+    assert!(
+        restored(&log) >= ACCOUNTS,
+        "restored from the changelog; log:\n{log}"
+    );
+}

@@ -208,39 +208,107 @@ impl Fetched<'_> {
         }
     }
 
-    /// The message's headers, owned. A header name that is not UTF-8 is
-    /// read lossily (rust-rdkafka's reader panics on one).
+    /// The message's headers, owned, names read lossily ([`owned_headers`]).
     pub(crate) fn headers(&self) -> Vec<(String, Vec<u8>)> {
-        let mut headers = ptr::null_mut();
-        // SAFETY: a valid message; the headers belong to it.
-        let err = unsafe { rdsys::rd_kafka_message_headers(self.raw_ptr(), &mut headers) };
-        if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
-            return Vec::new();
-        }
-        // SAFETY: `headers` is valid while the message is held.
-        let count = unsafe { rdsys::rd_kafka_header_cnt(headers) };
-        (0..count)
-            .filter_map(|index| {
-                let mut name = ptr::null();
-                let mut value = ptr::null();
-                let mut size = 0;
-                // SAFETY: `index` is below the count; the outputs point
-                // into the headers.
-                let err = unsafe {
-                    rdsys::rd_kafka_header_get_all(headers, index, &mut name, &mut value, &mut size)
-                };
-                if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                    return None;
-                }
-                // SAFETY: a NUL-terminated name and `size` bytes of value.
-                let name = unsafe { CStr::from_ptr(name) }
-                    .to_string_lossy()
-                    .into_owned();
-                let value = unsafe { slice(value.cast(), size) }.map(<[u8]>::to_vec);
-                Some((name, value.unwrap_or_default()))
-            })
-            .collect()
+        // SAFETY: the message is valid while `self` is held.
+        owned_headers(unsafe { RawHeaders::of(self.raw_ptr()) })
     }
+}
+
+/// A message's headers as librdkafka holds them, in order: each name as
+/// bytes and its value (`None` for a null one). Kafka allows any bytes in
+/// a name, and rust-rdkafka's reader panics on one that is not UTF-8, so
+/// every reader of records that another client may have written (the
+/// processing loop, `dlq replay`, the restore) reads headers this way.
+pub(crate) struct RawHeaders<'m> {
+    /// Null for a message without headers.
+    headers: *const rdsys::rd_kafka_headers_t,
+    next: usize,
+    count: usize,
+    message: PhantomData<&'m ()>,
+}
+
+impl<'m> RawHeaders<'m> {
+    /// The headers of `message`.
+    pub(crate) fn of_message(message: &'m BorrowedMessage<'_>) -> RawHeaders<'m> {
+        // SAFETY: the message is valid for `'m`.
+        unsafe { RawHeaders::of(message.ptr()) }
+    }
+
+    /// The headers of the message at `message`.
+    ///
+    /// # Safety
+    /// `message` is valid for `'m`.
+    unsafe fn of(message: *mut rdsys::rd_kafka_message_t) -> RawHeaders<'m> {
+        let mut headers = ptr::null_mut();
+        // SAFETY: the caller's promise; the headers belong to the message.
+        let err = unsafe { rdsys::rd_kafka_message_headers(message, &mut headers) };
+        let headers = if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            headers.cast_const()
+        } else {
+            ptr::null()
+        };
+        let count = if headers.is_null() {
+            0
+        } else {
+            // SAFETY: valid headers, as above.
+            unsafe { rdsys::rd_kafka_header_cnt(headers) }
+        };
+        RawHeaders {
+            headers,
+            next: 0,
+            count,
+            message: PhantomData,
+        }
+    }
+}
+
+impl<'m> Iterator for RawHeaders<'m> {
+    type Item = (&'m [u8], Option<&'m [u8]>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.next < self.count {
+            let index = self.next;
+            self.next += 1;
+            let mut name = ptr::null();
+            let mut value = ptr::null();
+            let mut size = 0;
+            // SAFETY: `index` is below the count; the outputs point into
+            // the headers, which live as long as the message.
+            let err = unsafe {
+                rdsys::rd_kafka_header_get_all(
+                    self.headers,
+                    index,
+                    &mut name,
+                    &mut value,
+                    &mut size,
+                )
+            };
+            if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                // SAFETY: a NUL-terminated name and `size` bytes of value.
+                let name = unsafe { CStr::from_ptr(name) }.to_bytes();
+                return Some((name, unsafe { slice(value.cast(), size) }));
+            }
+        }
+        None
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.count - self.next))
+    }
+}
+
+/// Headers as a record carries them: a name that is not UTF-8 read
+/// lossily, a null value as an empty one.
+pub(crate) fn owned_headers(headers: RawHeaders<'_>) -> Vec<(String, Vec<u8>)> {
+    headers
+        .map(|(name, value)| {
+            (
+                String::from_utf8_lossy(name).into_owned(),
+                value.map(<[u8]>::to_vec).unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 /// `len` bytes at `data`, or `None` for a null pointer.

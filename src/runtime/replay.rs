@@ -22,13 +22,13 @@ use std::time::Duration;
 
 use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Headers;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::Value;
 
 use super::RuntimeError;
 use super::commit::{CommitError, Produce, Transactions};
 use super::config::{RunOptions, admin_config};
+use super::fetch::{RawHeaders, owned_headers};
 use crate::operators::expr::{Bindings, Program};
 use crate::task::dlq_headers;
 use crate::topology::Topology;
@@ -166,19 +166,7 @@ pub fn replay(
             end.remove(&partition);
         }
         report.read += 1;
-        let headers: Vec<(String, Vec<u8>)> = message
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| {
-                        (
-                            h.key.to_string(),
-                            h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let headers = owned_headers(RawHeaders::of_message(&message));
         if let Some(filter) = &replay.filter {
             let value = message
                 .payload()

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Header, Headers};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, Message, Statistics};
 
@@ -46,6 +46,7 @@ use super::changelog::{
     BASE_HEADER, ChangelogOffsets, EVENT_TIME_HEADER, POSITION_HEADER, Positions, TXN_HEADER,
     Verdict,
 };
+use super::fetch::RawHeaders;
 use crate::state::RawWrite;
 use crate::telemetry;
 
@@ -194,22 +195,20 @@ struct Stamps<'a> {
 
 impl<'a> Stamps<'a> {
     fn of(message: &'a BorrowedMessage<'_>) -> Stamps<'a> {
-        Stamps::from_headers(message.headers().into_iter().flat_map(|h| h.iter()))
+        Stamps::from_headers(RawHeaders::of_message(message))
     }
 
     /// The value of the first header of each name, as a lookup by name
-    /// finds it.
-    fn from_headers(headers: impl Iterator<Item = Header<'a, &'a [u8]>>) -> Stamps<'a> {
+    /// finds it. Names are compared as bytes: a changelog topic another
+    /// client wrote to may carry any.
+    fn from_headers(headers: impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)>) -> Stamps<'a> {
+        const NAMES: [&str; 4] = [POSITION_HEADER, EVENT_TIME_HEADER, TXN_HEADER, BASE_HEADER];
         let mut first: [Option<Option<&'a [u8]>>; 4] = [None; 4];
-        for header in headers {
-            let slot = match header.key {
-                POSITION_HEADER => 0,
-                EVENT_TIME_HEADER => 1,
-                TXN_HEADER => 2,
-                BASE_HEADER => 3,
-                _ => continue,
+        for (name, value) in headers {
+            let Some(slot) = NAMES.iter().position(|n| n.as_bytes() == name) else {
+                continue;
             };
-            first[slot].get_or_insert(header.value);
+            first[slot].get_or_insert(value);
         }
         let [position, event_time, txn, base] = first.map(Option::flatten);
         Stamps {
@@ -771,7 +770,7 @@ mod tests {
 
     #[test]
     fn stamps_are_the_first_header_of_each_name() {
-        let header = |key, value: Option<&'static [u8]>| Header { key, value };
+        let header = |key: &'static str, value: Option<&'static [u8]>| (key.as_bytes(), value);
         let stamps = Stamps::from_headers(
             [
                 header("other", Some(b"x")),

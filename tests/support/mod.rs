@@ -511,6 +511,83 @@ impl TestProducer {
         }
     }
 
+    /// Sends a record whose header names are any bytes, which rust-rdkafka's
+    /// `Header` (a `&str` name) cannot carry: through librdkafka's
+    /// `rd_kafka_produceva`, as another client could write them.
+    pub fn send_raw_headers(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: &[u8],
+        payload: &[u8],
+        headers: &[(&[u8], &[u8])],
+    ) {
+        use rdkafka::bindings as rd;
+        use std::ffi::{CStr, CString};
+        let topic = CString::new(topic).unwrap();
+        // SAFETY: every pointer handed to librdkafka lives until the call
+        // returns, and the payload and key are copied (`RD_KAFKA_MSG_F_COPY`);
+        // the headers list is librdkafka's own, which it takes on success and
+        // which is destroyed here on failure.
+        unsafe {
+            let list = rd::rd_kafka_headers_new(headers.len());
+            for (name, value) in headers {
+                let added = rd::rd_kafka_header_add(
+                    list,
+                    name.as_ptr().cast(),
+                    name.len() as isize,
+                    value.as_ptr().cast(),
+                    value.len() as isize,
+                );
+                assert_eq!(added, rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+            }
+            let vu = |vtype, u| rd::rd_kafka_vu_t { vtype, u };
+            let mem = |bytes: &[u8]| rd::rd_kafka_vu_s__bindgen_ty_1 {
+                mem: rd::rd_kafka_vu_s__bindgen_ty_1__bindgen_ty_1 {
+                    ptr: bytes.as_ptr().cast_mut().cast(),
+                    size: bytes.len(),
+                },
+            };
+            use rd::rd_kafka_vtype_t::*;
+            let values = [
+                vu(
+                    RD_KAFKA_VTYPE_TOPIC,
+                    rd::rd_kafka_vu_s__bindgen_ty_1 {
+                        cstr: topic.as_ptr(),
+                    },
+                ),
+                vu(
+                    RD_KAFKA_VTYPE_PARTITION,
+                    rd::rd_kafka_vu_s__bindgen_ty_1 {
+                        // -1: librdkafka's `RD_KAFKA_PARTITION_UA`, the partitioner's choice.
+                        i32_: partition.unwrap_or(-1),
+                    },
+                ),
+                vu(RD_KAFKA_VTYPE_KEY, mem(key)),
+                vu(RD_KAFKA_VTYPE_VALUE, mem(payload)),
+                vu(
+                    RD_KAFKA_VTYPE_MSGFLAGS,
+                    rd::rd_kafka_vu_s__bindgen_ty_1 {
+                        i: rd::RD_KAFKA_MSG_F_COPY,
+                    },
+                ),
+                vu(
+                    RD_KAFKA_VTYPE_HEADERS,
+                    rd::rd_kafka_vu_s__bindgen_ty_1 { headers: list },
+                ),
+            ];
+            let client = self.inner.client().native_ptr();
+            let error = rd::rd_kafka_produceva(client, values.as_ptr(), values.len());
+            if !error.is_null() {
+                let text = CStr::from_ptr(rd::rd_kafka_error_string(error)).to_string_lossy();
+                let text = text.into_owned();
+                rd::rd_kafka_error_destroy(error);
+                rd::rd_kafka_headers_destroy(list);
+                panic!("produce failed: {text}");
+            }
+        }
+    }
+
     pub fn send_json(&self, topic: &str, key: &str, value: &serde_json::Value) {
         self.send(
             topic,
