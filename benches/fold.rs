@@ -97,7 +97,8 @@ fn run(
             None => json_format::decode(payload).map_err(CodecError::from),
         };
         let record = value.map(|value| Record::new(Some(key.clone().into_boxed_slice()), value, 0));
-        task.process_source(0, &origin, record, &mut outputs)
+        task.records()
+            .process_source(0, &origin, record, &mut outputs)
             .unwrap();
         if i % COMMIT_EVERY == COMMIT_EVERY - 1 {
             emitted += outputs.len();

@@ -542,19 +542,10 @@ sinks:
     );
 }
 
-/// A header whose name is not UTF-8 (Kafka allows any bytes; rust-rdkafka's
-/// header reader panics on one) neither stops `run` nor loses its record:
-/// the name reaches the sink read lossily, the other headers as they were.
-#[test]
-fn a_header_name_that_is_not_utf8_is_read_lossily_and_the_record_goes_on() {
-    let _serial = serial();
-    let dir = temp_dir();
-    let source = unique("raw-header-events");
-    let sink = unique("raw-header-out");
-    create_topic(&source, 2);
-    let topology = dir.path().join("raw-headers.yaml");
+/// Events whose `n` is not negative, from `EVENTS_TOPIC` to `OUT_TOPIC`.
+fn write_filter_topology(path: &Path) {
     write_json_topology(
-        &topology,
+        path,
         "",
         "nodes:
   kept:
@@ -568,6 +559,20 @@ sinks:
     create: true
 ",
     );
+}
+
+/// A header whose name is not UTF-8 (Kafka allows any bytes; rust-rdkafka's
+/// header reader panics on one) neither stops `run` nor loses its record:
+/// the name reaches the sink read lossily, the other headers as they were.
+#[test]
+fn a_header_name_that_is_not_utf8_is_read_lossily_and_the_record_goes_on() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let source = unique("raw-header-events");
+    let sink = unique("raw-header-out");
+    create_topic(&source, 2);
+    let topology = dir.path().join("raw-headers.yaml");
+    write_filter_topology(&topology);
     let count = 10;
     let producer = TestProducer::new();
     for n in 0..count {
@@ -633,21 +638,7 @@ fn replay_reads_a_dead_letter_whose_header_name_is_not_utf8() {
     create_topic(&source, 1);
     create_topic(&dlq, 1);
     let topology = dir.path().join("raw-replay.yaml");
-    write_json_topology(
-        &topology,
-        "",
-        "nodes:
-  kept:
-    type: filter
-    input: events
-    condition: '.n >= 0'
-sinks:
-  out:
-    topic: ${OUT_TOPIC}
-    input: kept
-    create: true
-",
-    );
+    write_filter_topology(&topology);
     let names = env_vars(&[
         ("STREAMFOLD_APP", &unique("sf-raw-replay")),
         ("EVENTS_TOPIC", &source),

@@ -88,7 +88,8 @@ impl Driver {
             headers: &[],
         };
         let record = Record::new(Some(key.clone().into_boxed_slice()), value, timestamp);
-        task.process_source(0, &origin, Ok(record), &mut self.outputs)
+        task.records()
+            .process_source(0, &origin, Ok(record), &mut self.outputs)
             .unwrap();
         self.fed += 1;
         if self.fed.is_multiple_of(TICK_EVERY) {

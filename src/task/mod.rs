@@ -523,25 +523,13 @@ impl Task {
         }
     }
 
-    /// A run of records for this task, with its topology held once for the
-    /// run ([`Records`]). For a single record, [`Task::process_source`].
+    /// A run of records for this task (one or many), with its topology held
+    /// once for the run ([`Records`]).
     pub fn records(&mut self) -> Records<'_> {
         Records {
             topology: Arc::clone(&self.topology),
             task: self,
         }
-    }
-
-    /// One record from source `source`: `decoded` is the decoded record or
-    /// why decoding failed.
-    pub fn process_source(
-        &mut self,
-        source: usize,
-        origin: &Origin<'_>,
-        decoded: Result<Record, CodecError>,
-        out: &mut Vec<Output>,
-    ) -> Result<(), TaskError> {
-        self.records().process_source(source, origin, decoded, out)
     }
 
     fn source_record(
@@ -948,7 +936,8 @@ sinks:
                 timestamp: 0,
                 headers: Vec::new(),
             };
-            task.process_source(0, &origin, Ok(record), &mut out)
+            task.records()
+                .process_source(0, &origin, Ok(record), &mut out)
                 .unwrap();
         }
         out

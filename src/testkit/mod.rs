@@ -439,6 +439,7 @@ impl Driver {
                 fixture.headers.clone(),
             );
             self.task
+                .records()
                 .process_source(source, &origin, decoded, &mut outputs)?;
             last = wire;
         }
