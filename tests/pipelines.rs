@@ -666,3 +666,47 @@ fn replay_reads_a_dead_letter_whose_header_name_is_not_utf8() {
     assert_eq!(replayed.len(), 1, "{replayed:?}");
     assert_eq!(replayed[0].header("tr\u{FFFD}ce"), Some("t"));
 }
+
+/// `streamfold-loadgen read`, the quickstart's reader, prints a record
+/// whose header name is not UTF-8 instead of panicking on it, and still
+/// counts the dead-letter reason the record carries.
+#[test]
+fn loadgen_read_prints_a_record_whose_header_name_is_not_utf8() {
+    let _serial = serial();
+    let topic = unique("raw-read");
+    create_topic(&topic, 1);
+    let producer = TestProducer::new();
+    producer.send_raw_headers(
+        &topic,
+        None,
+        b"k0",
+        br#"{"n": 0}"#,
+        &[
+            (b"tr\xffce", b"t"),
+            (b"streamfold.dlq.reason", b"value is not valid JSON"),
+        ],
+    );
+    producer.flush();
+
+    let output = Command::new(env!("CARGO_BIN_EXE_streamfold-loadgen"))
+        .args(["--bootstrap-servers", &broker().bootstrap])
+        .args(["read", "--topic", &topic, "--idle", "2s"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    let printed: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(printed, [json!({"key": "k0", "value": {"n": 0}})]);
+    assert!(
+        stderr.contains(&format!("1 records in {topic}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("1 dead letters: value is not valid JSON"),
+        "{stderr}"
+    );
+}

@@ -33,10 +33,11 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::json;
+use streamfold::runtime::RawHeaders;
 use streamfold::runtime::config::{self, RunOptions};
 use streamfold::runtime::connect;
 use streamfold::secrets;
@@ -451,11 +452,12 @@ fn read(base: &ClientConfig, topic: &str, idle: Duration, summary: bool) -> anyh
         let message = message?;
         last = Instant::now();
         count += 1;
-        if let Some(headers) = message.headers() {
-            for h in headers.iter().filter(|h| h.key == "streamfold.dlq.reason") {
-                let reason = String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned();
-                *by_reason.entry(reason).or_default() += 1;
-            }
+        // Read as bytes: a header name need not be UTF-8 (`RawHeaders`).
+        for (_, value) in
+            RawHeaders::of_message(&message).filter(|(name, _)| *name == b"streamfold.dlq.reason")
+        {
+            let reason = String::from_utf8_lossy(value.unwrap_or_default()).into_owned();
+            *by_reason.entry(reason).or_default() += 1;
         }
         if !summary {
             let key = message

@@ -219,8 +219,9 @@ impl Fetched<'_> {
 /// bytes and its value (`None` for a null one). Kafka allows any bytes in
 /// a name, and rust-rdkafka's reader panics on one that is not UTF-8, so
 /// every reader of records that another client may have written (the
-/// processing loop, `dlq replay`, the restore) reads headers this way.
-pub(crate) struct RawHeaders<'m> {
+/// processing loop, `dlq replay`, the restore, `streamfold-loadgen read`)
+/// reads headers this way.
+pub struct RawHeaders<'m> {
     /// Null for a message without headers.
     headers: *const rdsys::rd_kafka_headers_t,
     next: usize,
@@ -230,7 +231,7 @@ pub(crate) struct RawHeaders<'m> {
 
 impl<'m> RawHeaders<'m> {
     /// The headers of `message`.
-    pub(crate) fn of_message(message: &'m BorrowedMessage<'_>) -> RawHeaders<'m> {
+    pub fn of_message(message: &'m BorrowedMessage<'_>) -> RawHeaders<'m> {
         // SAFETY: the message is valid for `'m`.
         unsafe { RawHeaders::of(message.ptr()) }
     }

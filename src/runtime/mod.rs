@@ -25,6 +25,7 @@ pub mod replay;
 pub(crate) mod restore;
 pub(crate) mod wire;
 
+pub use fetch::RawHeaders;
 use rdkafka::error::KafkaError;
 
 use crate::state::StateError;
