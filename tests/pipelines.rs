@@ -690,7 +690,9 @@ fn loadgen_read_prints_a_record_whose_header_name_is_not_utf8() {
 
     let output = Command::new(env!("CARGO_BIN_EXE_streamfold-loadgen"))
         .args(["--bootstrap-servers", &broker().bootstrap])
-        .args(["read", "--topic", &topic, "--idle", "2s"])
+        // `read` stops after `--idle` without a record, counted from its start:
+        // room for the assignment and the first fetch.
+        .args(["read", "--topic", &topic, "--idle", "5s"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
