@@ -7,6 +7,7 @@
 //!                             [--peer quix] [--peer-limit L]
 //!                             [--workload social-metrics|question-feed|distributed-counter]
 //!                             [--guarantees exactly_once[,at_least_once]]
+//!                             [--commit-intervals D[,D…]]
 //! ```
 //!
 //! `--workload` picks the topology and its events (`streamfold-loadgen
@@ -38,12 +39,16 @@
 //!    With `--instances 1,2,4`, once per number of instances of the
 //!    application, started together (one group; the time includes the
 //!    rebalances as they join), records summed over them, peak RSS the
-//!    largest of them.
+//!    largest of them. With `--commit-intervals 100ms,1s,5s` (social-metrics
+//!    only), once per commit interval (the topology's
+//!    `STREAMFOLD_COMMIT_INTERVAL`; by default its 100 ms): a longer
+//!    interval makes fewer transactions and changelog writes, for a later
+//!    folded event.
 //! 4. Latency: with streamfold running (exactly_once), bursts of 100
 //!    events for one account (a fold closes at its 100th event) are sent
 //!    every 20 ms; latency is from the burst's last event (its timestamp,
 //!    the folded event's `last_event_at`) to the folded event reaching a
-//!    read_committed consumer.
+//!    read_committed consumer. Once per commit interval.
 //! 5. With `--peer quix`: Quix Streams (`scripts/quix-peer.sh`, which
 //!    installs `quixstreams==3.28.1` into a venv under `~/.cache` the first
 //!    time) on the same topic and broker, doing the equivalent work: a
@@ -93,6 +98,9 @@ struct Options {
     run_args: Vec<String>,
     /// Processing guarantees to measure (`--guarantees`).
     guarantees: Vec<String>,
+    /// Commit intervals to measure (`--commit-intervals`; none: the
+    /// topology's).
+    commit_intervals: Vec<Option<String>>,
 }
 
 fn options() -> Options {
@@ -113,6 +121,7 @@ fn options() -> Options {
             instances: vec![1],
             run_args: Vec::new(),
             guarantees: vec!["exactly_once".into(), "at_least_once".into()],
+            commit_intervals: vec![None],
         }
     } else {
         Options {
@@ -130,6 +139,8 @@ fn options() -> Options {
             instances: vec![2],
             run_args: Vec::new(),
             guarantees: vec!["exactly_once".into(), "at_least_once".into()],
+            // And through the topology's commit interval variable.
+            commit_intervals: vec![Some("100ms".into())],
         }
     };
     let mut i = 1;
@@ -167,6 +178,9 @@ fn options() -> Options {
             "--run-args" => {
                 o.run_args = value.split_whitespace().map(String::from).collect();
             }
+            "--commit-intervals" => {
+                o.commit_intervals = value.split(',').map(|d| Some(d.to_string())).collect();
+            }
             "--threads" => {
                 o.threads = value
                     .split(',')
@@ -182,6 +196,10 @@ fn options() -> Options {
         i += 2;
     }
     o.peer_limit = o.peer_limit.min(o.events);
+    assert!(
+        o.commit_intervals == [None] || o.workload == Workload::SocialMetrics,
+        "--commit-intervals: social-metrics only"
+    );
     o
 }
 
@@ -290,18 +308,22 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// A fresh application of `workload` over `topic`; with the name of its
-/// first output topic (social-metrics: the folded events).
+/// A fresh application of `workload` over `topic`, under `guarantee`,
+/// committing every `commit_interval` (none: the topology's); with the name
+/// of its first output topic (social-metrics: the folded events).
 fn app_config(
     workload: Workload,
     topic: &str,
-    guarantee: &str,
+    (guarantee, commit_interval): (&str, Option<&str>),
     dir: &std::path::Path,
 ) -> (AppConfig, String) {
     let app = unique("bench");
     let (mut env, output) = workload.env(topic);
     env.push(("STREAMFOLD_APP".into(), app.clone()));
     env.push(("STREAMFOLD_GUARANTEE".into(), guarantee.into()));
+    if let Some(interval) = commit_interval {
+        env.push(("STREAMFOLD_COMMIT_INTERVAL".into(), interval.into()));
+    }
     let config = AppConfig {
         topology: repo().join(format!("topologies/{}.yaml", workload.name())),
         instance: "bench".into(),
@@ -347,11 +369,13 @@ fn commit_summary(texts: &[String], seconds: f64) -> String {
 
 /// One streamfold run over the whole topic by `instances` instances with
 /// `threads` processing threads each: (records/s, peak RSS MiB of the
-/// largest, [`commit_summary`]).
+/// largest, [`commit_summary`] and when the records consumed reached the
+/// topic's: a run ends at the first commit after that, so the gap is up
+/// to a commit interval).
 fn streamfold_run(
     (workload, topic): (Workload, &str),
     events: u64,
-    guarantee: &str,
+    guarantee: (&str, Option<&str>),
     (threads, instances): (Option<usize>, usize),
     run_args: &[String],
     dir: &std::path::Path,
@@ -377,10 +401,17 @@ fn streamfold_run(
     };
     let deadline = Instant::now() + Duration::from_secs(1800);
     let mut first: Option<Instant> = None;
+    let mut consumed: Option<Instant> = None;
     let end = loop {
         let now = Instant::now();
-        if first.is_none() && total("streamfold_runtime_records_consumed_total") > 0.0 {
-            first = Some(now);
+        if first.is_none() || consumed.is_none() {
+            let records = total("streamfold_runtime_records_consumed_total");
+            if first.is_none() && records > 0.0 {
+                first = Some(now);
+            }
+            if consumed.is_none() && records >= events as f64 {
+                consumed = Some(now);
+            }
         }
         let texts: Vec<String> = apps.iter().map(App::metrics_text).collect();
         if workload.done(&texts, events) {
@@ -400,11 +431,16 @@ fn streamfold_run(
         .iter()
         .map(|app| peak_rss_mib(app.pid()))
         .fold(0.0, f64::max);
-    let seconds = end
-        .duration_since(first.expect("a first record"))
-        .as_secs_f64();
+    let first = first.expect("a first record");
+    let seconds = end.duration_since(first).as_secs_f64();
     let texts: Vec<String> = apps.iter().map(App::metrics_text).collect();
-    let commits = commit_summary(&texts, seconds);
+    let mut commits = commit_summary(&texts, seconds);
+    if let Some(consumed) = consumed {
+        commits += &format!(
+            "; {events} records consumed after {:.2} s",
+            consumed.duration_since(first).as_secs_f64()
+        );
+    }
     for app in apps {
         app.stop();
     }
@@ -440,11 +476,17 @@ fn quix_run(topic: &str, limit: u64, dir: &std::path::Path) -> (f64, f64) {
     )
 }
 
-/// Latencies in ms from a burst's last event to its folded event.
-fn latencies(bursts: usize, dir: &std::path::Path) -> Vec<f64> {
+/// Latencies in ms from a burst's last event to its folded event, with
+/// commits every `commit_interval` (none: the topology's).
+fn latencies(bursts: usize, commit_interval: Option<&str>, dir: &std::path::Path) -> Vec<f64> {
     let topic = unique("bench-latency");
     create_topic(&topic, 4);
-    let (config, folded) = app_config(Workload::SocialMetrics, &topic, "exactly_once", dir);
+    let (config, folded) = app_config(
+        Workload::SocialMetrics,
+        &topic,
+        ("exactly_once", commit_interval),
+        dir,
+    );
     let app = App::start(&config, dir);
     app.wait_metric(
         "streamfold_runtime_tasks_running",
@@ -572,12 +614,17 @@ fn main() {
 
     let mut results = Vec::new();
     for guarantee in &o.guarantees {
-        let runs = o
-            .threads
-            .iter()
-            .flat_map(|&t| o.instances.iter().map(move |&i| (t, i)));
-        for (threads, instances) in runs {
+        let (threads, instances) = (&o.threads, &o.instances);
+        let runs = o.commit_intervals.iter().flat_map(|interval| {
+            threads
+                .iter()
+                .flat_map(move |&t| instances.iter().map(move |&i| (interval, t, i)))
+        });
+        for (interval, threads, instances) in runs {
             let mut label = guarantee.to_string();
+            if let Some(interval) = interval {
+                label += &format!(", commits every {interval}");
+            }
             if let Some(t) = threads {
                 label += &format!(", {t} thread{}", if t == 1 { "" } else { "s" });
             }
@@ -593,7 +640,7 @@ fn main() {
                 let (rate, peak, commits) = streamfold_run(
                     (o.workload, &topic),
                     o.events,
-                    guarantee,
+                    (guarantee, interval.as_deref()),
                     (threads, instances),
                     &o.run_args,
                     dir.path(),
@@ -606,7 +653,12 @@ fn main() {
                 rates.push(rate);
                 rss.push(peak);
             }
-            results.push((label, median(&mut rates), median(&mut rss)));
+            results.push((
+                label,
+                guarantee == "exactly_once",
+                median(&mut rates),
+                median(&mut rss),
+            ));
         }
     }
 
@@ -639,19 +691,24 @@ fn main() {
         }
     }
 
-    let mut p50 = Vec::new();
-    let mut p99 = Vec::new();
-    for run in (0..o.repeat).filter(|_| social) {
-        let l = latencies(o.bursts, dir.path());
-        assert_eq!(l.len(), o.bursts, "every burst was folded");
-        eprintln!(
-            "latency run {run}: {} folds, p50 {:.0} ms, p99 {:.0} ms",
-            l.len(),
-            percentile(&l, 0.5),
-            percentile(&l, 0.99)
-        );
-        p50.push(percentile(&l, 0.5));
-        p99.push(percentile(&l, 0.99));
+    // (commit interval, p50s, p99s), one entry per commit interval.
+    let mut latency = Vec::new();
+    for interval in o.commit_intervals.iter().filter(|_| social) {
+        let (mut p50, mut p99) = (Vec::new(), Vec::new());
+        let every = interval.as_deref().unwrap_or("100ms (the topology's)");
+        for run in 0..o.repeat {
+            let l = latencies(o.bursts, interval.as_deref(), dir.path());
+            assert_eq!(l.len(), o.bursts, "every burst was folded");
+            eprintln!(
+                "latency run {run}, commits every {every}: {} folds, p50 {:.0} ms, p99 {:.0} ms",
+                l.len(),
+                percentile(&l, 0.5),
+                percentile(&l, 0.99)
+            );
+            p50.push(percentile(&l, 0.5));
+            p99.push(percentile(&l, 0.99));
+        }
+        latency.push((every, median(&mut p50), median(&mut p99)));
     }
 
     let bare = median(&mut bare);
@@ -676,7 +733,7 @@ fn main() {
         "| bare rdkafka consumer, fetch.queue.backoff.ms=10 | {tuned:.0} | {:.0}% | 100% | |",
         100.0 * tuned / bare
     );
-    for (guarantee, rate, rss) in &results {
+    for (guarantee, _, rate, rss) in &results {
         println!(
             "| streamfold {}, {guarantee} | {rate:.0} | {:.0}% | {:.0}% | {rss:.0} MiB |",
             o.workload.name(),
@@ -698,14 +755,16 @@ fn main() {
             100.0 * rate / tuned,
             median(&mut quix_rss)
         );
-        let (guarantee, streamfold, _) = &results[0];
-        println!(
-            "\nstreamfold social-metrics ({guarantee}) / Quix Streams: {:.1}x (Quix timed over the first {} of {} records; runs: {})",
-            *streamfold / rate,
-            o.peer_limit,
-            o.events,
-            runs
-        );
+        println!();
+        for (guarantee, _, streamfold, _) in results.iter().filter(|r| r.1) {
+            println!(
+                "streamfold social-metrics ({guarantee}) / Quix Streams: {:.1}x (Quix timed over the first {} of {} records; runs: {})",
+                *streamfold / rate,
+                o.peer_limit,
+                o.events,
+                runs
+            );
+        }
     }
     if o.smoke {
         // The other workloads' topologies and completion through the
@@ -715,7 +774,7 @@ fn main() {
             let (rate, _, _) = streamfold_run(
                 (workload, &topic),
                 records,
-                "exactly_once",
+                ("exactly_once", None),
                 (None, 1),
                 &[],
                 dir.path(),
@@ -727,10 +786,11 @@ fn main() {
         }
     }
     if social {
+        println!();
+    }
+    for (every, p50, p99) in latency {
         println!(
-            "\nlatency, last event of a burst to its folded event (exactly_once, read_committed): p50 {:.0} ms, p99 {:.0} ms",
-            median(&mut p50),
-            median(&mut p99)
+            "latency, last event of a burst to its folded event (exactly_once, commits every {every}, read_committed): p50 {p50:.0} ms, p99 {p99:.0} ms",
         );
     }
 }
