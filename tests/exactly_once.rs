@@ -367,7 +367,10 @@ impl Setup {
         if scenario.event_clock {
             let text = std::fs::read_to_string(&topology).unwrap();
             let edits = [
-                ("  commit_interval: 100ms\n", "  idle_advance: 1s\n"),
+                (
+                    "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n",
+                    "  idle_advance: 1s\n",
+                ),
                 (
                     "    max_events: ${FOLD_MAX_EVENTS:-100}\n",
                     "    clock: event\n",

@@ -792,8 +792,8 @@ fn replaced_while_frozen(name: &str, freeze: Option<(&str, bool)>, static_member
             if past_timeout {
                 // A transaction timeout shorter than the freeze.
                 let topology = std::fs::read_to_string(&config.topology).unwrap().replace(
-                    "  commit_interval: 100ms\n",
-                    "  commit_interval: 100ms\n  transaction_timeout: 2s\n",
+                    "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n",
+                    "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n  transaction_timeout: 2s\n",
                 );
                 assert!(topology.contains("transaction_timeout: 2s"));
                 frozen.topology = dir.path().join("short-transactions.yaml");
