@@ -288,7 +288,8 @@ fn main_loop(
 /// are meanwhile; prefetched messages a rewind or a rebalance made stale
 /// are skipped like any others (their epoch is older, [`Engine::on_batch`]).
 /// Left unprocessed at shutdown, they were not committed either, and come
-/// again to whoever runs their task next.
+/// again to whoever runs their task next. The polling thread also releases
+/// the last batch's messages then, rather than alone after the batch.
 fn rounds<'c>(
     consumer: &'c BaseConsumer<EngineContext>,
     queues: &'c Queues,
@@ -297,6 +298,8 @@ fn rounds<'c>(
 ) -> Result<bool, RuntimeError> {
     let context = consumer.context();
     let mut next: Vec<Polled<'c>> = Vec::with_capacity(BATCH);
+    // The last batch, handled, its messages not yet released.
+    let mut handled: Vec<Polled<'c>> = Vec::new();
     // The queues must change: finish with what was prefetched first.
     let mut draining = false;
     loop {
@@ -307,12 +310,21 @@ fn rounds<'c>(
         let consumed = poll_batch(consumer, queues, &mut polled, *timeout);
         let mut prefetched = Ok(());
         if !polled.is_empty() {
-            let prefetch = (consumed.is_ok() && !draining && !queues.by_task.is_empty())
-                .then_some(|| prefetched = poll_queues(queues, &mut next, &context.epoch));
+            let last = std::mem::take(&mut handled);
+            // Without a prefetch (or with no task to run), `last` goes
+            // with the unused closure.
+            let prefetch =
+                (consumed.is_ok() && !draining && !queues.by_task.is_empty()).then_some(|| {
+                    drop(last);
+                    prefetched = poll_queues(queues, &mut next, &context.epoch);
+                });
             let mut engine = context.lock();
             let result = engine.on_batch(&polled, prefetch);
-            drop(polled);
+            handled = polled;
             engine.recover(consumer, result)?;
+        } else {
+            // Idle: nothing to overlap the release with.
+            handled.clear();
         }
         consumed?;
         prefetched?;
