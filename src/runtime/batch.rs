@@ -93,7 +93,8 @@ impl Scratch {
 
 /// Runs `work` on every item: with a pool and more than one item, this
 /// thread and the pool's threads each take the next item not yet taken
-/// until none is left, so a thread that finishes early (or the pool's,
+/// (the pool's from the front, this thread from the back) until none is
+/// left, so a thread that finishes early (or the pool's,
 /// still waking up) does not leave the others waiting at the end; else
 /// all on this thread. Each item is worked on by one thread.
 pub(super) fn for_each<T: Send>(
@@ -120,22 +121,28 @@ pub(super) fn for_each_after<T: Send>(
             let helpers = pool.current_num_threads().min(shared);
             let next = std::sync::Mutex::new(items.iter_mut());
             // The lock is held only to take an item, not while it is
-            // worked on.
-            let take = || next.lock().unwrap_or_else(|e| e.into_inner()).next();
-            let drain = || {
-                while let Some(item) = take() {
+            // worked on. The pool's threads take from the front, this
+            // thread from the back: from one batch to the next, a task
+            // tends to stay on the same thread, its state in that core's
+            // caches.
+            let take = |back: bool| {
+                let mut next = next.lock().unwrap_or_else(|e| e.into_inner());
+                if back { next.next_back() } else { next.next() }
+            };
+            let drain = |back: bool| {
+                while let Some(item) = take(back) {
                     work(item);
                 }
             };
             let drain = &drain;
             pool.in_place_scope(|scope| {
                 for _ in 0..helpers {
-                    scope.spawn(move |_| drain());
+                    scope.spawn(move |_| drain(false));
                 }
                 if let Some(first) = first {
                     first();
                 }
-                drain();
+                drain(true);
             });
         }
         _ => {
@@ -268,6 +275,7 @@ pub(super) fn handle(
 mod tests {
     use std::collections::HashSet;
     use std::sync::Mutex;
+    use std::thread::ThreadId;
     use std::time::{Duration, Instant};
 
     use super::{for_each, for_each_after, pool};
@@ -277,13 +285,16 @@ mod tests {
     #[test]
     fn for_each_works_every_item_once() {
         let pool = pool(2, "test").unwrap();
+        let caller = std::thread::current().id();
         for pool in [None, pool.as_ref()] {
             for len in [0, 1, 2, 3, 64] {
-                let mut items: Vec<(usize, u32)> = (0..len).map(|i| (i, 0)).collect();
+                // (visits, the thread of the last visit)
+                let mut items: Vec<(u32, Option<ThreadId>)> = vec![(0, None); len];
                 let threads = Mutex::new(HashSet::new());
                 let both_wanted = pool.is_some() && len > 1;
-                for_each(pool, &mut items, |(_, visits)| {
+                for_each(pool, &mut items, |(visits, by)| {
                     *visits += 1;
+                    *by = Some(std::thread::current().id());
                     threads.lock().unwrap().insert(std::thread::current().id());
                     // Hold this item until the other thread has taken one
                     // (for at most 10 s): both must take part.
@@ -295,10 +306,22 @@ mod tests {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                 });
-                assert!(items.iter().all(|&(_, visits)| visits == 1), "{items:?}");
+                assert!(items.iter().all(|&(visits, _)| visits == 1), "{items:?}");
                 let threads = threads.into_inner().unwrap().len();
                 if both_wanted {
                     assert_eq!(threads, 2, "both threads should take items");
+                    // Each holds its first item until the other has one:
+                    // the pool's thread took the first, this one the last.
+                    assert_ne!(
+                        items[0].1,
+                        Some(caller),
+                        "the pool's thread takes from the front"
+                    );
+                    assert_eq!(
+                        items[len - 1].1,
+                        Some(caller),
+                        "this thread takes from the back"
+                    );
                 } else {
                     assert!(threads <= 1);
                 }
