@@ -1080,12 +1080,24 @@ impl Engine {
         prefetch: Option<impl FnOnce()>,
     ) -> Result<(), RuntimeError> {
         self.busy.clear();
+        // Messages come in runs of one topic: its input is looked up by
+        // name once a run, not once a message.
+        let mut last_topic: Option<(*const (), Option<usize>)> = None;
         for (index, (message, epoch)) in polled.iter().enumerate() {
             // Fetched before a rewind sought the task back: it comes again.
             if *epoch < self.rewound_at {
                 continue;
             }
-            let Some(input) = self.input_of(message.topic()) else {
+            let handle = message.topic_handle();
+            let input = match last_topic {
+                Some((last, input)) if last == handle => input,
+                _ => {
+                    let input = self.input_of(message.topic());
+                    last_topic = Some((handle, input));
+                    input
+                }
+            };
+            let Some(input) = input else {
                 continue;
             };
             let Some(slot) = self.tasks.get_mut(&message.partition()) else {

@@ -182,6 +182,13 @@ impl Fetched<'_> {
         name.to_str().unwrap_or_default()
     }
 
+    /// The topic's handle, as an identity: while two messages are held,
+    /// they are of one topic exactly when their handles are equal (each
+    /// message holds a reference to its topic's handle).
+    pub(crate) fn topic_handle(&self) -> *const () {
+        self.raw().rkt.cast_const().cast()
+    }
+
     pub(crate) fn partition(&self) -> i32 {
         self.raw().partition
     }
