@@ -386,6 +386,9 @@ fn streamfold_run(
         .extend(threads.map(|t| format!("--threads={t}")));
     config.args.extend_from_slice(run_args);
     let state = config.state_dir.clone();
+    // The broker's CPU over the run, when it is this bench's own nisshi.
+    let broker_pid = broker().pid();
+    let broker_cpu = broker_pid.map(cpu_seconds);
     let apps: Vec<App> = (0..instances)
         .map(|i| {
             let mut config = config.clone();
@@ -440,6 +443,16 @@ fn streamfold_run(
             "; {events} records consumed after {:.2} s",
             consumed.duration_since(first).as_secs_f64()
         );
+    }
+    // CPU per record, the instances' from their start (restore and group
+    // join included) and the broker's over the same span: what a record
+    // costs the machine, whatever the threads' overlap.
+    let cpu: f64 = apps.iter().map(|app| cpu_seconds(app.pid())).sum();
+    let per_record = |seconds: f64| seconds / events as f64 * 1e6;
+    commits += &format!("; CPU {cpu:.2} s ({:.2} µs a record)", per_record(cpu));
+    if let (Some(pid), Some(before)) = (broker_pid, broker_cpu) {
+        let broker = cpu_seconds(pid) - before;
+        commits += &format!(", broker {broker:.2} s ({:.2} µs)", per_record(broker));
     }
     for app in apps {
         app.stop();

@@ -221,6 +221,12 @@ impl Broker {
         signal(self.nisshi_pid(), "CONT");
     }
 
+    /// The process id of this test binary's nisshi; `None` for an
+    /// external broker.
+    pub fn pid(&self) -> Option<u32> {
+        self.owned().then(|| self.nisshi_pid())
+    }
+
     fn nisshi_pid(&self) -> u32 {
         let nisshi = self.nisshi.as_ref().expect("a broker of this test binary");
         let pid = std::fs::read_to_string(&nisshi.pid_file).unwrap();
