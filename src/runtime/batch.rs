@@ -94,9 +94,9 @@ impl Scratch {
 /// Runs `work` on every item: with a pool and more than one item, this
 /// thread and the pool's threads each take the next item not yet taken
 /// (the pool's from the front, this thread from the back) until none is
-/// left, so a thread that finishes early (or the pool's,
-/// still waking up) does not leave the others waiting at the end; else
-/// all on this thread. Each item is worked on by one thread.
+/// left, so a thread that finishes early (or the pool's, still waking up)
+/// does not leave the others waiting at the end; else all on this thread.
+/// Each item is worked on by one thread.
 pub(super) fn for_each<T: Send>(
     pool: Option<&rayon::ThreadPool>,
     items: &mut [T],
