@@ -100,59 +100,25 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-/// CPU seconds (user + system) of a process or thread from its `stat`.
-fn cpu_seconds(stat: &Path) -> f64 {
-    let text = std::fs::read_to_string(stat).unwrap_or_default();
-    // After the command name in parentheses: state is field 3, utime 14.
-    let fields: Vec<&str> = text
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i - 3)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(14) + ticks(15)) / 100.0
-}
-
 /// CPU seconds of a process's threads, by kind: the main thread (which
 /// restores), RocksDB's background threads (flushes, compactions),
 /// librdkafka's threads (fetching, decompressing), the rest.
 fn cpu_by_thread(pid: u32) -> BTreeMap<&'static str, f64> {
     let mut out = BTreeMap::new();
-    for thread in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let comm = std::fs::read_to_string(thread.path().join("comm")).unwrap_or_default();
-        let kind = match comm.trim() {
+    for (thread, seconds) in thread_cpu_seconds(pid) {
+        // `name/tid`: the name may hold a `/`, the thread id does not.
+        let name = thread
+            .rsplit_once('/')
+            .map_or(thread.as_str(), |(name, _)| name);
+        let kind = match name {
             "streamfold" => "main",
             c if c.starts_with("rocksdb") => "rocksdb",
             c if c.starts_with("rdk:") => "librdkafka",
             _ => "other",
         };
-        *out.entry(kind).or_insert(0.0) += cpu_seconds(&thread.path().join("stat"));
+        *out.entry(kind).or_insert(0.0) += seconds;
     }
     out
-}
-
-/// The nisshi process serving `bootstrap`, if this machine runs it.
-fn broker_pid(bootstrap: &str) -> Option<u32> {
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            let mut args = cmdline.split('\0');
-            let program = args.next()?;
-            (program.ends_with("nisshi") && args.any(|a| a.contains(bootstrap))).then_some(pid)
-        })
 }
 
 fn load_average() -> String {
@@ -382,10 +348,8 @@ struct Run {
 fn restore_run(scenario: &Scenario, live: &Path, dir: &Path, run: usize) -> Run {
     let load = load_average();
     let state = dir.join(format!("restore-{run}"));
-    let broker = broker_pid(&broker().bootstrap);
-    let broker_before = broker.map_or(0.0, |pid| {
-        cpu_seconds(Path::new(&format!("/proc/{pid}/stat")))
-    });
+    let broker = broker().pid();
+    let broker_before = broker.map_or(0.0, cpu_seconds);
     let app = App::start(&scenario.config(state.clone(), "restorer"), dir);
     // A task starts once every changelog partition of it was read to its
     // end (its last stable offset): offsets decide, not a quiet period.
@@ -396,10 +360,7 @@ fn restore_run(scenario: &Scenario, live: &Path, dir: &Path, run: usize) -> Run 
     );
     let mut cpu = cpu_by_thread(app.pid());
     if let Some(pid) = broker {
-        cpu.insert(
-            "broker",
-            cpu_seconds(Path::new(&format!("/proc/{pid}/stat"))) - broker_before,
-        );
+        cpu.insert("broker", cpu_seconds(pid) - broker_before);
     }
     let rss = peak_rss_mib(app.pid());
     let log = app.stop();
