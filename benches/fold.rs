@@ -1,7 +1,9 @@
 //! The fold operator on the in-memory store: post-metric events over 1,000
 //! accounts folded with the social-metrics rules (key_union of metric
 //! names, set of post ids, closing after 100 events), committing state
-//! every 5,000 records as the runtime does about every 100 ms.
+//! every 5,000 records as the runtime does about every 100 ms. In
+//! `json_bytes_new_posts` every event names a new post, so the sets grow
+//! to 100 ids; in the others 50 posts repeat.
 //!
 //! `cargo bench --bench fold`
 
@@ -47,12 +49,16 @@ const EVENTS: usize = 100_000;
 const ACCOUNTS: usize = 1_000;
 const COMMIT_EVERY: usize = 5_000;
 
-fn events() -> Vec<(Vec<u8>, Vec<u8>)> {
+/// The events; `new_posts`: every event names a post of its own, the
+/// ids ascending (zero-padded, as time-ordered ids are), so each event
+/// grows its fold's set; otherwise 50 posts repeat.
+fn events(new_posts: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
     (0..EVENTS)
         .map(|i| {
             let account = format!("account_{}", (i * 7919) % ACCOUNTS);
+            let post = if new_posts { i } else { i % 50 };
             let value = json!({
-                "post_id": format!("post_{}", i % 50),
+                "post_id": format!("post_{post:07}"),
                 "account_id": account,
                 "metrics": {METRICS[i % 6]: i % 97, METRICS[(i / 6) % 6]: i % 13},
             });
@@ -113,7 +119,8 @@ fn run(
 
 fn fold(c: &mut Criterion) {
     let topology = Arc::new(topology::load_str("bench.yaml", TOPOLOGY, &|_| None).unwrap());
-    let events = events();
+    let new_posts = events(true);
+    let events = events(false);
     let decoded: Vec<serde_json::Value> = events
         .iter()
         .map(|(_, p)| json_format::decode(p).unwrap())
@@ -132,6 +139,13 @@ fn fold(c: &mut Criterion) {
         b.iter_batched(
             || task(&topology),
             |mut task| black_box(run(&mut task, &events, None)),
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("json_bytes_new_posts", |b| {
+        b.iter_batched(
+            || task(&topology),
+            |mut task| black_box(run(&mut task, &new_posts, None)),
             BatchSize::PerIteration,
         )
     });

@@ -588,15 +588,23 @@ impl Acc {
     }
 }
 
-/// Inserts `value` unless present; returns the bytes it added.
+/// Inserts `value` unless present; returns the bytes it added. A value
+/// after the last is appended after one comparison, without a search:
+/// ids that ascend (sequence numbers, time-ordered ids) are common, and a
+/// set of them is built in order.
 fn insert_sorted(set: &mut Vec<Value>, value: &Value) -> i64 {
-    match set.binary_search_by(|probe| canonical_cmp(probe, value)) {
-        Ok(_) => 0,
-        Err(at) => {
-            set.insert(at, value.clone());
-            json_len(value) as i64 + 1
+    let at = match set.last().map(|last| canonical_cmp(last, value)) {
+        None | Some(Ordering::Less) => set.len(),
+        Some(Ordering::Equal) => return 0,
+        Some(Ordering::Greater) => {
+            match set.binary_search_by(|probe| canonical_cmp(probe, value)) {
+                Ok(_) => return 0,
+                Err(at) => at,
+            }
         }
-    }
+    };
+    set.insert(at, value.clone());
+    json_len(value) as i64 + 1
 }
 
 /// Whether `value` would replace `current` under `wanted`.
@@ -1175,6 +1183,30 @@ mod tests {
             let emitted = crate::record::json::encode(&ctx_out[0].record.value).len() as u64;
             assert!(emitted <= estimate, "emitted {emitted} > {estimate}");
         }
+    }
+
+    /// A set stays sorted and without repeats whether values arrive in
+    /// order (appended) or not (inserted).
+    #[test]
+    fn a_set_stays_sorted_whatever_order_values_arrive_in() {
+        let ascending: Vec<Value> = (0..20).map(|i| json!(format!("id{i:02}"))).collect();
+        let mut mixed = ascending.clone();
+        mixed.reverse();
+        mixed.extend(ascending.iter().step_by(3).cloned());
+        mixed.push(json!(5));
+        let mut expected = vec![json!(5)];
+        expected.extend(ascending.iter().cloned());
+        assert_eq!(
+            acc_after(MergeRule::Set, &mixed),
+            Value::Array(expected.clone())
+        );
+        assert_eq!(
+            acc_after(
+                MergeRule::Set,
+                &[expected.clone(), expected.clone()].concat()
+            ),
+            Value::Array(expected)
+        );
     }
 
     fn capped(max_bytes: u64) -> Harness {
