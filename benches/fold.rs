@@ -56,9 +56,13 @@ fn events(new_posts: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
     (0..EVENTS)
         .map(|i| {
             let account = format!("account_{}", (i * 7919) % ACCOUNTS);
-            let post = if new_posts { i } else { i % 50 };
+            let post = if new_posts {
+                format!("post_{i:07}")
+            } else {
+                format!("post_{}", i % 50)
+            };
             let value = json!({
-                "post_id": format!("post_{post:07}"),
+                "post_id": post,
                 "account_id": account,
                 "metrics": {METRICS[i % 6]: i % 97, METRICS[(i / 6) % 6]: i % 13},
             });
