@@ -94,7 +94,7 @@ step "The article: 6 post-metric events for 2 accounts, into $POST_METRICS_TOPIC
 "$loadgen" produce --topic "$POST_METRICS_TOPIC" --partitions 4 --article
 echo "Waiting for both accounts to go quiet for 5s (quiet_for)..."
 wait_for streamfold_node_records_out_total 2
-"$loadgen" read --topic "$FOLDED_TOPIC" --idle 1s
+"$loadgen" read --topic "$FOLDED_TOPIC" --count 2
 
 step "A burst: $events more events over $accounts accounts"
 "$loadgen" produce --topic "$POST_METRICS_TOPIC" --events "$events" --accounts "$accounts"
@@ -104,7 +104,8 @@ echo "All $total events folded; waiting 6s for the last folds to go quiet..."
 sleep 6
 
 step "Summary"
-"$loadgen" read --topic "$FOLDED_TOPIC" --idle 2s --summary >/dev/null
+# Node counters count committed work: read until that many are readable.
+"$loadgen" read --topic "$FOLDED_TOPIC" --count "$(metric streamfold_node_records_out_total)" --summary >/dev/null
 eligible=$(metric streamfold_fold_eligible_events_total)
 folded=$(metric streamfold_fold_folded_events_total)
 awk -v e="$eligible" -v f="$folded" 'BEGIN {

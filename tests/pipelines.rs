@@ -690,9 +690,7 @@ fn loadgen_read_prints_a_record_whose_header_name_is_not_utf8() {
 
     let output = Command::new(env!("CARGO_BIN_EXE_streamfold-loadgen"))
         .args(["--bootstrap-servers", &broker().bootstrap])
-        // `read` stops after `--idle` without a record, counted from its start:
-        // room for the assignment and the first fetch.
-        .args(["read", "--topic", &topic, "--idle", "5s"])
+        .args(["read", "--topic", &topic])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -709,6 +707,85 @@ fn loadgen_read_prints_a_record_whose_header_name_is_not_utf8() {
     );
     assert!(
         stderr.contains("1 dead letters: value is not valid JSON"),
+        "{stderr}"
+    );
+}
+
+fn loadgen_read(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_streamfold-loadgen"))
+        .args(["--bootstrap-servers", &broker().bootstrap, "read"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `streamfold-loadgen read` stops at the ends of the partitions, not
+/// after a quiet period: an empty topic reads as empty at once, every
+/// partition is read to its end, `--count` waits for records committed
+/// after the read began, and a count never reached is a failure.
+#[test]
+fn loadgen_read_stops_at_the_partitions_ends() {
+    let _serial = serial();
+    let topic = unique("read-ends");
+    create_topic(&topic, 3);
+    let (ok, stdout, stderr) = loadgen_read(&["--topic", &topic]);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "", "{stderr}");
+    assert!(
+        stderr.contains(&format!("0 records in {topic}")),
+        "{stderr}"
+    );
+
+    let producer = TestProducer::new();
+    for (i, key) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        producer.send(
+            &topic,
+            Some(key.as_bytes()),
+            format!(r#"{{"n": {i}}}"#).as_bytes(),
+            &[],
+        );
+    }
+    producer.flush();
+    let (ok, stdout, stderr) = loadgen_read(&["--topic", &topic]);
+    assert!(ok, "{stderr}");
+    let mut keys: Vec<String> = stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["a", "b", "c", "d", "e"], "{stderr}");
+
+    // Two more records, written after the read began.
+    let reader = std::thread::spawn({
+        let topic = topic.clone();
+        move || loadgen_read(&["--topic", &topic, "--count", "7", "--summary"])
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    producer.send(&topic, Some(b"f"), br#"{"n": 5}"#, &[]);
+    producer.send(&topic, Some(b"g"), br#"{"n": 6}"#, &[]);
+    producer.flush();
+    let (ok, stdout, stderr) = reader.join().unwrap();
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout, "", "--summary prints no records");
+    assert!(
+        stderr.contains(&format!("7 records in {topic}")),
+        "{stderr}"
+    );
+
+    let (ok, _, stderr) = loadgen_read(&["--topic", &topic, "--count", "8", "--timeout", "2s"]);
+    assert!(!ok, "a count never reached fails: {stderr}");
+    assert!(
+        stderr.contains("read 7 records (wanted at least 8) within 2s"),
         "{stderr}"
     );
 }

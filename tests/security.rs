@@ -345,17 +345,7 @@ fn the_load_generator_takes_the_topology_settings_or_x_properties() {
             args.push("-X".into());
             args.push(format!("{k}={v}"));
         }
-        args.extend(
-            [
-                "read",
-                "--topic",
-                &names.source,
-                "--idle",
-                "2s",
-                "--summary",
-            ]
-            .map(String::from),
-        );
+        args.extend(["read", "--topic", &names.source, "--summary"].map(String::from));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         loadgen(&args, &[])
     };

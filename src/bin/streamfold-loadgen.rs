@@ -6,7 +6,8 @@
 //! streamfold-loadgen produce --topic post-metric-updated --article --events 200000 --accounts 1000
 //! streamfold-loadgen produce --workload question-feed --topic question-feed-events --events 100000 --accounts 5000
 //! streamfold-loadgen produce --workload distributed-counter --topic counter-events --events 100000 --accounts 500
-//! streamfold-loadgen read --topic account-metrics-folded --idle 3s
+//! streamfold-loadgen read --topic account-metrics-folded
+//! streamfold-loadgen read --topic account-metrics-folded --count 2 --timeout 1m
 //! streamfold-loadgen bare-consume --topic post-metric-updated --expect 1000000
 //! ```
 //!
@@ -29,9 +30,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -122,13 +123,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print records of a topic as JSON lines until it is idle.
+    /// Print the records of a topic as JSON lines (read_committed), from
+    /// the start of every partition to its end, then stop.
     Read {
         #[arg(long)]
         topic: String,
-        /// Stop after this long without a record.
-        #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
-        idle: Duration,
+        /// Also wait until at least this many records were read, for a
+        /// topic whose records are still being committed.
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        /// Fail when the ends (and `--count`) are not reached within this
+        /// long.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
         /// Only print a summary.
         #[arg(long)]
         summary: bool,
@@ -227,9 +234,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Read {
             topic,
-            idle,
+            count,
+            timeout,
             summary,
-        } => read(&base, &topic, idle, summary),
+        } => read(&base, &topic, count, timeout, summary),
         Command::BareConsume { topic, expect } => bare_consume(&base, &topic, expect),
     }
 }
@@ -431,26 +439,63 @@ impl QuestionFeed {
     }
 }
 
-fn read(base: &ClientConfig, topic: &str, idle: Duration, summary: bool) -> anyhow::Result<()> {
-    let consumer: BaseConsumer = with_defaults(
+/// Reads `topic` until every partition is at its end (its last stable
+/// offset, as the fetches report it) and `want` records were read. It
+/// never stops on a quiet period: a slow assignment or fetch makes the
+/// read later, not shorter.
+fn read(
+    base: &ClientConfig,
+    topic: &str,
+    want: u64,
+    timeout: Duration,
+    summary: bool,
+) -> anyhow::Result<()> {
+    let mut config = with_defaults(
         base,
         &[
             ("group.id", "streamfold-loadgen-read"),
             ("enable.auto.commit", "false"),
             ("isolation.level", "read_committed"),
         ],
-    )
-    .create()?;
-    assign_all(&consumer, topic)?;
-    let mut last = Instant::now();
+    );
+    // The ends are known from these events, whatever `-X` says.
+    config.set("enable.partition.eof", "true");
+    let consumer: BaseConsumer<ReadContext> = config.create_with_context(ReadContext)?;
+    let partitions = assign_all(&consumer, topic)?;
+    let deadline = Instant::now() + timeout;
+    let mut at_end = vec![false; partitions];
     let mut count = 0u64;
     let mut by_reason: BTreeMap<String, u64> = BTreeMap::new();
-    while last.elapsed() < idle {
-        let Some(message) = consumer.poll(Duration::from_millis(100)) else {
-            continue;
+    let result = loop {
+        if count >= want && at_end.iter().all(|end| *end) {
+            break Ok(());
+        }
+        if Instant::now() >= deadline {
+            let open: Vec<usize> = (0..partitions).filter(|p| !at_end[*p]).collect();
+            break Err(anyhow::anyhow!(
+                "{topic}: read {count} records (wanted at least {want}) within {}; \
+                 partitions not at their end: {open:?}",
+                humantime::format_duration(timeout)
+            ));
+        }
+        let message = match consumer.poll(Duration::from_millis(100)) {
+            None => continue,
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                if let Some(end) = usize::try_from(p).ok().and_then(|p| at_end.get_mut(p)) {
+                    *end = true;
+                }
+                continue;
+            }
+            Some(Err(e)) => break Err(e.into()),
+            Some(Ok(message)) => message,
         };
-        let message = message?;
-        last = Instant::now();
+        // More was committed after the end was reported: read on.
+        if let Some(end) = usize::try_from(message.partition())
+            .ok()
+            .and_then(|p| at_end.get_mut(p))
+        {
+            *end = false;
+        }
         count += 1;
         // Read as bytes: a header name need not be UTF-8 (`RawHeaders`).
         for (_, value) in
@@ -469,15 +514,33 @@ fn read(base: &ClientConfig, topic: &str, idle: Duration, summary: bool) -> anyh
             });
             println!("{}", json!({"key": key, "value": value}));
         }
-    }
+    };
     eprintln!("{count} records in {topic}");
     for (reason, n) in by_reason {
         eprintln!("  {n} dead letters: {reason}");
     }
-    Ok(())
+    result
 }
 
-fn assign_all(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<usize> {
+/// The client context of `read`: librdkafka reports each partition's end
+/// as an error event too, which is how `read` knows it is done, so that one
+/// is not logged as an error.
+struct ReadContext;
+
+impl ClientContext for ReadContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for ReadContext {}
+
+fn assign_all<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+) -> anyhow::Result<usize> {
     let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
     let partitions = metadata
         .topics()
