@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::json;
-use streamfold::formats::CodecError;
 use streamfold::formats::json as json_format;
+use streamfold::formats::{CodecError, Codecs};
 use streamfold::record::{Origin, Record};
 use streamfold::state::memory::MemoryBackend;
 use streamfold::task::{Routing, Task};
@@ -83,14 +83,24 @@ fn task(topology: &Arc<Topology>) -> Task {
     task
 }
 
-/// Feeds every event; `decoded` (moved in, built outside the timing)
-/// skips JSON parsing to isolate the operator.
-fn run(
-    task: &mut Task,
-    events: &[(Vec<u8>, Vec<u8>)],
-    decoded: Option<Vec<serde_json::Value>>,
-) -> usize {
-    let mut decoded = decoded.map(Vec::into_iter);
+/// How the events reach the task.
+enum Feed<'a> {
+    /// Decoded outside the timing (moved in), to isolate the operator.
+    Decoded(Vec<serde_json::Value>),
+    /// Decoded whole, then processed (`process_source`).
+    Whole,
+    /// As the runtime takes them (`process_source_bytes`): a fold's
+    /// events are read a field at a time.
+    AsRead(&'a Codecs),
+}
+
+/// Feeds every event.
+fn run(task: &mut Task, events: &[(Vec<u8>, Vec<u8>)], feed: Feed<'_>) -> usize {
+    let (mut decoded, codecs) = match feed {
+        Feed::Decoded(values) => (Some(values.into_iter()), None),
+        Feed::Whole => (None, None),
+        Feed::AsRead(codecs) => (None, Some(codecs)),
+    };
     let mut outputs = Vec::with_capacity(1024);
     let mut emitted = 0;
     for (i, (key, payload)) in events.iter().enumerate() {
@@ -102,14 +112,21 @@ fn run(
             payload: Some(payload),
             headers: &[],
         };
-        let value = match &mut decoded {
-            Some(values) => Ok(values.next().unwrap()),
-            None => json_format::decode(payload).map_err(CodecError::from),
-        };
-        let record = value.map(|value| Record::new(Some(key.clone().into_boxed_slice()), value, 0));
-        task.records()
-            .process_source(0, &origin, record, &mut outputs)
-            .unwrap();
+        if let Some(codecs) = codecs {
+            task.records()
+                .process_source_bytes(0, &origin, codecs, 0, &mut outputs)
+                .unwrap();
+        } else {
+            let value = match &mut decoded {
+                Some(values) => Ok(values.next().unwrap()),
+                None => json_format::decode(payload).map_err(CodecError::from),
+            };
+            let record =
+                value.map(|value| Record::new(Some(key.clone().into_boxed_slice()), value, 0));
+            task.records()
+                .process_source(0, &origin, record, &mut outputs)
+                .unwrap();
+        }
         if i % COMMIT_EVERY == COMMIT_EVERY - 1 {
             emitted += outputs.len();
             outputs.clear();
@@ -123,6 +140,7 @@ fn run(
 
 fn fold(c: &mut Criterion) {
     let topology = Arc::new(topology::load_str("bench.yaml", TOPOLOGY, &|_| None).unwrap());
+    let codecs = Codecs::offline(&topology).unwrap();
     let new_posts = events(true);
     let events = events(false);
     let decoded: Vec<serde_json::Value> = events
@@ -135,21 +153,35 @@ fn fold(c: &mut Criterion) {
     group.bench_function("decoded_events", |b| {
         b.iter_batched(
             || (task(&topology), decoded.clone()),
-            |(mut task, decoded)| black_box(run(&mut task, &events, Some(decoded))),
+            |(mut task, decoded)| black_box(run(&mut task, &events, Feed::Decoded(decoded))),
             BatchSize::PerIteration,
         )
     });
     group.bench_function("json_bytes_events", |b| {
         b.iter_batched(
             || task(&topology),
-            |mut task| black_box(run(&mut task, &events, None)),
+            |mut task| black_box(run(&mut task, &events, Feed::AsRead(&codecs))),
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("json_bytes_events_whole", |b| {
+        b.iter_batched(
+            || task(&topology),
+            |mut task| black_box(run(&mut task, &events, Feed::Whole)),
             BatchSize::PerIteration,
         )
     });
     group.bench_function("json_bytes_new_posts", |b| {
         b.iter_batched(
             || task(&topology),
-            |mut task| black_box(run(&mut task, &new_posts, None)),
+            |mut task| black_box(run(&mut task, &new_posts, Feed::AsRead(&codecs))),
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("json_bytes_new_posts_whole", |b| {
+        b.iter_batched(
+            || task(&topology),
+            |mut task| black_box(run(&mut task, &new_posts, Feed::Whole)),
             BatchSize::PerIteration,
         )
     });

@@ -338,6 +338,19 @@ impl Codecs {
         Ok(Wire { key, payload })
     }
 
+    /// How source `source` reads a record's key, when its value is plain
+    /// JSON and its key bytes pass through as they are (the key is no
+    /// Avro): `Some(true)` when the key is ignored (`key_format: none`),
+    /// `Some(false)` when it is kept. `None` for any other source. Such a
+    /// record's key needs no decoding, and its value may be read a field
+    /// at a time (`Records::process_source_bytes`).
+    pub(crate) fn plain_json_keyless(&self, source: usize) -> Option<bool> {
+        match self.sources.get(source) {
+            Some(s) if matches!(s.value, Decoder::Json) && !s.avro_key => Some(s.keyless),
+            _ => None,
+        }
+    }
+
     /// Decodes a value read by source `source`.
     pub fn decode(&self, source: usize, payload: &[u8]) -> Result<Value, CodecError> {
         match self.sources.get(source).map(|s| &s.value) {

@@ -335,6 +335,11 @@ impl OperatorSpec for FoldConfig {
             max_bytes: self.max_bytes(node),
             clock: self.clock,
             timed: self.uses_timers(),
+            reads: self
+                .fields
+                .values()
+                .filter_map(|rule| rule.from.clone())
+                .collect(),
         }))
     }
 }
@@ -703,14 +708,15 @@ fn content_bytes(acc: &[Acc]) -> u64 {
     acc.iter().map(Acc::content_bytes).sum()
 }
 
-/// What `rule` takes from an event: the value at `from` (null counts as
-/// absent), or, for `count` without `from`, a marker for "this event".
-fn contribution<'v>(rule: &FieldRule, value: &'v Value) -> Option<&'v Value> {
+/// What `rule` takes from an event whose value at `from` is `found`: that
+/// value (null counts as absent), or, for `count` without `from`, a marker
+/// for "this event".
+fn contribution<'v>(rule: &FieldRule, found: Option<&'v Value>) -> Option<&'v Value> {
     static EVENT: Value = Value::Null;
     match &rule.from {
         None if rule.rule == MergeRule::Count => Some(&EVENT),
         None => None,
-        Some(pointer) => pointer.get(value).filter(|v| !v.is_null()),
+        Some(_) => found.filter(|v| !v.is_null()),
     }
 }
 
@@ -742,9 +748,131 @@ struct Fold {
     names_bytes: u64,
     clock: Clock,
     timed: bool,
+    /// The `from` pointers of the fields that have one, in field order:
+    /// all the fold reads of an event's value ([`Operator::reads`]).
+    reads: Vec<JsonPointer>,
 }
 
 impl Fold {
+    /// One event, as its key, its timestamp and what each field takes
+    /// from it ([`contribution`]): shared by [`Operator::process`] and
+    /// [`Operator::process_fields`], so the two cannot differ.
+    fn fold_event(
+        &mut self,
+        key: Option<&[u8]>,
+        timestamp: Timestamp,
+        values: &[Option<&Value>],
+        ctx: &mut Context<'_>,
+    ) -> Result<(), OpError> {
+        let Some(key) = key else {
+            return Err(OpError::Record(
+                "record has no key to fold by (give records a key or set `key_by`)".into(),
+            ));
+        };
+        // Check every field first, so a bad event changes nothing.
+        for ((_, rule), value) in self.fields.iter().zip(values) {
+            if let (Some(pointer), Some(v)) = (&rule.from, value) {
+                check(rule.rule, pointer, v).map_err(OpError::Record)?;
+            }
+        }
+        let fixed = self.fixed_bytes(key);
+        let bound: u64 = self
+            .fields
+            .iter()
+            .zip(values)
+            .map(|((_, rule), value)| growth_bound(rule.rule, *value))
+            .sum();
+        if fixed + bound > self.max_bytes {
+            return Err(OpError::Record(format!(
+                "the event alone would make a folded event of up to {} bytes, over the fold's `max_bytes` ({})",
+                fixed + bound,
+                self.max_bytes
+            )));
+        }
+        let now = match self.clock {
+            Clock::Processing => ctx.now(Clock::Processing),
+            Clock::Event => timestamp,
+        };
+        ctx.count(NodeCounter::FoldEligible, 1);
+
+        let merge = |fold: &mut OpenFold| {
+            let mut bytes = fold.bytes.unwrap_or_else(|| content_bytes(&fold.acc)) as i64;
+            for (((_, rule), acc), value) in self.fields.iter().zip(&mut fold.acc).zip(values) {
+                let max_len = rule.max_len.map_or(usize::MAX, NonZeroUsize::get);
+                bytes += acc.merge(*value, max_len);
+            }
+            fold.bytes = Some(bytes.max(0) as u64);
+        };
+        // One lookup of the open fold: it takes the event in place, or it
+        // cannot take it without passing the cap (it closes first, and the
+        // event opens the next fold), or there is none.
+        let found = ctx.store(self.open).update(key, |open| match open {
+            Some(fold) if self.would_outgrow(fold, values, fixed, bound) => Found::Outgrown,
+            Some(fold) => {
+                fold.touched = fold.touched.max(now);
+                fold.last_ts = fold.last_ts.max(timestamp);
+                fold.first_ts = fold.first_ts.min(timestamp);
+                fold.count += 1;
+                merge(fold);
+                Found::Merged(fold.count)
+            }
+            None => Found::Absent,
+        })?;
+        let (count, arm) = match found {
+            Found::Merged(count) => (count, None),
+            Found::Outgrown | Found::Absent => {
+                if let Found::Outgrown = found
+                    && let Some(fold) = ctx.store(self.open).take(key)?
+                {
+                    if let (Some(at), true) = (fold.timer, self.timed) {
+                        ctx.cancel_timer(self.clock, at, key)?;
+                    }
+                    self.close(key, fold, ClosedBy::MaxBytes, now, ctx);
+                }
+                // A new fold for this event, and the timer it arms.
+                let mut fold = OpenFold {
+                    opened: now,
+                    touched: now,
+                    first_ts: timestamp,
+                    last_ts: timestamp,
+                    count: 1,
+                    timer: None,
+                    acc: self
+                        .fields
+                        .iter()
+                        .map(|(_, r)| Acc::empty(r.rule))
+                        .collect(),
+                    bytes: Some(0),
+                };
+                merge(&mut fold);
+                // A fold that closes on its first event needs no timer.
+                let closes_now = self.max_events.is_some_and(|max| max <= 1);
+                if !closes_now {
+                    fold.timer = self.deadline(&fold).map(|(at, _)| at);
+                }
+                let arm = fold.timer;
+                ctx.store(self.open).put(key, fold);
+                (1, arm)
+            }
+        };
+        if count > 1 {
+            ctx.count(NodeCounter::FoldFolded, 1);
+        } else {
+            ctx.gauge_add(NodeGauge::FoldsOpen, 1);
+        }
+        if self.max_events.is_some_and(|max| count >= max) {
+            if let Some(fold) = ctx.store(self.open).take(key)? {
+                if let (Some(at), true) = (fold.timer, self.timed) {
+                    ctx.cancel_timer(self.clock, at, key)?;
+                }
+                self.close(key, fold, ClosedBy::MaxEvents, now, ctx);
+            }
+        } else if let Some(at) = arm {
+            ctx.set_timer(self.clock, at, key)?;
+        }
+        Ok(())
+    }
+
     /// The allowance of a folded event of `key` besides its values: the
     /// key, the field names, and [`FOLD_BASE_BYTES`] and
     /// [`FIELD_BASE_BYTES`].
@@ -840,121 +968,42 @@ impl Operator for Fold {
     }
 
     fn process(&mut self, record: Record, ctx: &mut Context<'_>) -> Result<(), OpError> {
-        let Some(key) = record.key.as_deref() else {
-            return Err(OpError::Record(
-                "record has no key to fold by (give records a key or set `key_by`)".into(),
-            ));
-        };
         // Inline for up to eight fields: no allocation per event.
         let values: SmallVec<[Option<&Value>; 8]> = self
             .fields
             .iter()
-            .map(|(_, rule)| contribution(rule, &record.value))
+            .map(|(_, rule)| {
+                contribution(rule, rule.from.as_ref().and_then(|p| p.get(&record.value)))
+            })
             .collect();
-        // Check every field first, so a bad event changes nothing.
-        for ((_, rule), value) in self.fields.iter().zip(&values) {
-            if let (Some(pointer), Some(v)) = (&rule.from, value) {
-                check(rule.rule, pointer, v).map_err(OpError::Record)?;
-            }
-        }
-        let fixed = self.fixed_bytes(key);
-        let bound: u64 = self
-            .fields
-            .iter()
-            .zip(&values)
-            .map(|((_, rule), value)| growth_bound(rule.rule, *value))
-            .sum();
-        if fixed + bound > self.max_bytes {
-            return Err(OpError::Record(format!(
-                "the event alone would make a folded event of up to {} bytes, over the fold's `max_bytes` ({})",
-                fixed + bound,
-                self.max_bytes
-            )));
-        }
-        let now = match self.clock {
-            Clock::Processing => ctx.now(Clock::Processing),
-            Clock::Event => record.timestamp,
-        };
-        ctx.count(NodeCounter::FoldEligible, 1);
-
-        let merge = |fold: &mut OpenFold| {
-            let mut bytes = fold.bytes.unwrap_or_else(|| content_bytes(&fold.acc)) as i64;
-            for (((_, rule), acc), value) in self.fields.iter().zip(&mut fold.acc).zip(&values) {
-                let max_len = rule.max_len.map_or(usize::MAX, NonZeroUsize::get);
-                bytes += acc.merge(*value, max_len);
-            }
-            fold.bytes = Some(bytes.max(0) as u64);
-        };
-        // One lookup of the open fold: it takes the event in place, or it
-        // cannot take it without passing the cap (it closes first, and the
-        // event opens the next fold), or there is none.
-        let found = ctx.store(self.open).update(key, |open| match open {
-            Some(fold) if self.would_outgrow(fold, &values, fixed, bound) => Found::Outgrown,
-            Some(fold) => {
-                fold.touched = fold.touched.max(now);
-                fold.last_ts = fold.last_ts.max(record.timestamp);
-                fold.first_ts = fold.first_ts.min(record.timestamp);
-                fold.count += 1;
-                merge(fold);
-                Found::Merged(fold.count)
-            }
-            None => Found::Absent,
-        })?;
-        let (count, arm) = match found {
-            Found::Merged(count) => (count, None),
-            Found::Outgrown | Found::Absent => {
-                if let Found::Outgrown = found
-                    && let Some(fold) = ctx.store(self.open).take(key)?
-                {
-                    if let (Some(at), true) = (fold.timer, self.timed) {
-                        ctx.cancel_timer(self.clock, at, key)?;
-                    }
-                    self.close(key, fold, ClosedBy::MaxBytes, now, ctx);
-                }
-                // A new fold for this event, and the timer it arms.
-                let mut fold = OpenFold {
-                    opened: now,
-                    touched: now,
-                    first_ts: record.timestamp,
-                    last_ts: record.timestamp,
-                    count: 1,
-                    timer: None,
-                    acc: self
-                        .fields
-                        .iter()
-                        .map(|(_, r)| Acc::empty(r.rule))
-                        .collect(),
-                    bytes: Some(0),
-                };
-                merge(&mut fold);
-                // A fold that closes on its first event needs no timer.
-                let closes_now = self.max_events.is_some_and(|max| max <= 1);
-                if !closes_now {
-                    fold.timer = self.deadline(&fold).map(|(at, _)| at);
-                }
-                let arm = fold.timer;
-                ctx.store(self.open).put(key, fold);
-                (1, arm)
-            }
-        };
-        if count > 1 {
-            ctx.count(NodeCounter::FoldFolded, 1);
-        } else {
-            ctx.gauge_add(NodeGauge::FoldsOpen, 1);
-        }
-        if self.max_events.is_some_and(|max| count >= max) {
-            if let Some(fold) = ctx.store(self.open).take(key)? {
-                if let (Some(at), true) = (fold.timer, self.timed) {
-                    ctx.cancel_timer(self.clock, at, key)?;
-                }
-                self.close(key, fold, ClosedBy::MaxEvents, now, ctx);
-            }
-        } else if let Some(at) = arm {
-            ctx.set_timer(self.clock, at, key)?;
-        }
-        Ok(())
+        self.fold_event(record.key.as_deref(), record.timestamp, &values, ctx)
     }
 
+    fn reads(&self) -> Option<&[JsonPointer]> {
+        Some(&self.reads)
+    }
+
+    fn process_fields(
+        &mut self,
+        key: Option<&[u8]>,
+        timestamp: Timestamp,
+        fields: &[Option<&Value>],
+        ctx: &mut Context<'_>,
+    ) -> Result<(), OpError> {
+        let mut read = fields.iter();
+        let values: SmallVec<[Option<&Value>; 8]> = self
+            .fields
+            .iter()
+            .map(|(_, rule)| {
+                let value = match rule.from {
+                    Some(_) => read.next().copied().flatten(),
+                    None => None,
+                };
+                contribution(rule, value)
+            })
+            .collect();
+        self.fold_event(key, timestamp, &values, ctx)
+    }
     fn on_timer(&mut self, timer: Timer, ctx: &mut Context<'_>) -> Result<(), OpError> {
         let now = ctx.now(self.clock);
         let mut store = ctx.store(self.open);
@@ -1102,6 +1151,7 @@ mod tests {
             names_bytes: names_bytes("account_id", config.fields.keys()),
             clock: Clock::Processing,
             timed: false,
+            reads: Vec::new(),
         };
         let mut open = OpenFold {
             opened: i64::MIN,
@@ -1120,7 +1170,8 @@ mod tests {
         for event in events {
             let mut bytes = open.bytes.unwrap() as i64;
             for ((_, rule), acc) in fold.fields.iter().zip(&mut open.acc) {
-                let value = contribution(rule, event);
+                let found = rule.from.as_ref().and_then(|p| p.get(event));
+                let value = contribution(rule, found);
                 let growth = acc.growth(value);
                 assert!(
                     growth <= growth_bound(rule.rule, value),

@@ -26,6 +26,9 @@ mod testing;
 pub(crate) use registry::OperatorSpec;
 pub use registry::{Issue, NodeInfo, NodeKind};
 
+use serde_json::Value;
+
+use crate::config::types::JsonPointer;
 use crate::record::{ErrorClass, Origin, Record, Timestamp};
 use crate::state::timers::{Clock, Timer, TimerState};
 use crate::state::{StateError, StateSet, StateValue, StoreHandle, StoreView};
@@ -178,6 +181,32 @@ pub(crate) trait Operator: Send {
 
     /// One record, in offset order within the task.
     fn process(&mut self, record: Record, ctx: &mut Context<'_>) -> Result<(), OpError>;
+
+    /// The JSON pointers whose values are all this operator reads of a
+    /// record's value, when it reads nothing else of the record but its
+    /// key and timestamp (no headers). A task then need not decode the
+    /// whole value: it hands the operator those values
+    /// ([`Operator::process_fields`]). `None`: the operator takes whole
+    /// records.
+    fn reads(&self) -> Option<&[JsonPointer]> {
+        None
+    }
+
+    /// One record, as [`Operator::process`] would take it, given as its key,
+    /// its timestamp and the values at [`Operator::reads`]' pointers, in
+    /// that order (`None`: absent). Called only when `reads` is `Some`,
+    /// and must do exactly what `process` does with the whole record.
+    fn process_fields(
+        &mut self,
+        _key: Option<&[u8]>,
+        _timestamp: Timestamp,
+        _fields: &[Option<&Value>],
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), OpError> {
+        Err(OpError::Internal(
+            "this operator takes whole records, not fields".into(),
+        ))
+    }
 
     /// A timer this operator set came due.
     fn on_timer(&mut self, _timer: Timer, _ctx: &mut Context<'_>) -> Result<(), OpError> {

@@ -26,6 +26,43 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> 
     }
 }
 
+/// A record's value parsed with its strings borrowed from the bytes where
+/// they need no unescaping, objects as vectors of fields: what a task reads
+/// the fields of when its operator reads only some (`Operator::reads`).
+/// Parsing one costs about half of building a [`Value`] (BENCHMARKS.md,
+/// "Only the fields an operator reads").
+pub(crate) type Borrowed<'a> = serde_json_borrow::Value<'a>;
+
+/// `bytes` as a [`Borrowed`] document, if they are UTF-8 and JSON; the
+/// caller decodes anything else with [`decode`] for its error.
+pub(crate) fn parse_borrowed(bytes: &[u8]) -> Option<Borrowed<'_>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    serde_json::from_str(text).ok()
+}
+
+/// The [`Value`] a borrowed value stands for: the one [`decode`] builds
+/// from the same bytes (numbers as serde_json reads them; of an object's
+/// repeated names, the last).
+pub(crate) fn to_owned(value: &Borrowed<'_>) -> Value {
+    match value {
+        Borrowed::Null => Value::Null,
+        Borrowed::Bool(b) => Value::Bool(*b),
+        Borrowed::Number(n) => Value::Number((*n).into()),
+        Borrowed::Str(text) => Value::String(text.to_string()),
+        Borrowed::Array(items) => Value::Array(items.iter().map(to_owned).collect()),
+        // Inserted in order, as serde_json builds a map: a later repeated
+        // name replaces the earlier one. (Collecting would sort first,
+        // which costs more for the few fields of an event.)
+        Borrowed::Object(fields) => {
+            let mut map = serde_json::Map::new();
+            for (name, value) in fields.iter() {
+                map.insert(name.to_owned(), to_owned(value));
+            }
+            Value::Object(map)
+        }
+    }
+}
+
 pub fn encode(value: &Value) -> Vec<u8> {
     // Serializing a `Value` cannot fail: its map keys are strings.
     serde_json::to_vec(value).unwrap_or_default()

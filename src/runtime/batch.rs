@@ -223,14 +223,13 @@ pub(super) fn handle(
             InputKind::Source(sources) => {
                 let mut result = Ok(());
                 for &source in sources {
-                    let decoded = shared.codecs.decode_record(
+                    result = records.process_source_bytes(
                         source,
-                        message.key(),
-                        message.payload(),
+                        &origin,
+                        shared.codecs,
                         timestamp,
-                        headers.clone(),
+                        outputs,
                     );
-                    result = records.process_source(source, &origin, decoded, outputs);
                     if result.is_err() {
                         break;
                     }

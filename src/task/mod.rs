@@ -14,17 +14,19 @@
 pub(crate) mod limits;
 pub(crate) mod partitioner;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
+use smallvec::SmallVec;
 
 use serde::{Deserialize, Serialize};
 
 use self::partitioner::partition_for;
-use crate::formats::CodecError;
+use crate::formats::{CodecError, Codecs};
 use crate::operators::{Clocks, Context, Emit, OpError, Operator};
-use crate::record::json::parse_timestamp;
+use crate::record::json::{self, parse_timestamp};
 use crate::record::{ErrorClass, Origin, Record, Timestamp};
 use crate::state::timers::{Clock, TimerState};
 use crate::state::{JsonState, StateBackend, StateError, StateSet, StoreHandle};
@@ -174,6 +176,14 @@ pub struct Task {
     topology: Arc<Topology>,
     state: StateSet,
     nodes: Vec<NodeRuntime>,
+    /// Per source: the node and input its records go to when that node is
+    /// its only target and reads only some fields of a value
+    /// ([`Operator::reads`]), so [`Records::process_source_bytes`] may
+    /// build just those.
+    field_paths: Vec<Option<(usize, usize)>>,
+    /// Records taken a field at a time, for tests to see that way taken.
+    #[cfg(test)]
+    fields_taken: usize,
     /// What sources and sinks counted: the dead letters of records a source
     /// could not read and of values a sink could not write.
     sources: Vec<NodeStats>,
@@ -219,6 +229,43 @@ impl Records<'_> {
     ) -> Result<(), TaskError> {
         self.task
             .source_record(&self.topology, source, origin, decoded, out)
+    }
+
+    /// One record from source `source` as read (`origin` has its key,
+    /// payload and headers), decoded by `codecs`: what the runtime and the
+    /// offline driver call.
+    ///
+    /// A plain JSON record whose source feeds a single operator that reads
+    /// only some fields of a value ([`Operator::reads`]) is not decoded
+    /// whole: it is parsed with its strings borrowed, and only the fields
+    /// the operator reads are built (BENCHMARKS.md, "Only the fields an
+    /// operator reads"). A record that way cannot take exactly as
+    /// [`Records::process_source`] would (a value that is not JSON, a
+    /// missing `key_by` field, a record bound for another partition's
+    /// task) is decoded whole and taken that way, so the two ways differ
+    /// in cost only.
+    pub fn process_source_bytes(
+        &mut self,
+        source: usize,
+        origin: &Origin<'_>,
+        codecs: &Codecs,
+        timestamp: Timestamp,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TaskError> {
+        if self
+            .task
+            .source_fields(&self.topology, source, origin, codecs, timestamp, out)?
+        {
+            return Ok(());
+        }
+        let decoded = codecs.decode_record(
+            source,
+            origin.key,
+            origin.payload,
+            timestamp,
+            origin.headers.to_vec(),
+        );
+        self.process_source(source, origin, decoded, out)
     }
 
     /// One record read back from node `node`'s repartition topic, for its
@@ -316,6 +363,19 @@ impl Task {
                 stats: NodeStats::default(),
             });
         }
+        let field_paths = topology
+            .sources
+            .iter()
+            .map(|source| match source.targets.as_slice() {
+                [Target::Node { node, input }]
+                    if source.config.timestamp.is_none()
+                        && nodes[*node].operator.reads().is_some() =>
+                {
+                    Some((*node, *input))
+                }
+                _ => None,
+            })
+            .collect();
         let sources = vec![NodeStats::default(); topology.sources.len()];
         let sinks = vec![NodeStats::default(); topology.sinks.len()];
         let committed = Snapshot {
@@ -326,6 +386,9 @@ impl Task {
             topology,
             state,
             nodes,
+            field_paths,
+            #[cfg(test)]
+            fields_taken: 0,
             sources,
             sinks,
             committed,
@@ -532,6 +595,74 @@ impl Task {
         }
     }
 
+    /// The way of [`Records::process_source_bytes`] that builds only the
+    /// fields the operator reads; `false` when the record is to be decoded
+    /// whole instead (nothing was done).
+    fn source_fields(
+        &mut self,
+        topology: &Topology,
+        source: usize,
+        origin: &Origin<'_>,
+        codecs: &Codecs,
+        timestamp: Timestamp,
+        out: &mut Vec<Output>,
+    ) -> Result<bool, TaskError> {
+        let Some((node, input)) = self.field_paths[source] else {
+            return Ok(false);
+        };
+        let Some(keyless) = codecs.plain_json_keyless(source) else {
+            return Ok(false);
+        };
+        let Some(document) = origin.payload.and_then(json::parse_borrowed) else {
+            return Ok(false);
+        };
+        let mut key: Option<Cow<'_, [u8]>> = match origin.key {
+            Some(key) if !keyless => Some(Cow::Borrowed(key)),
+            _ => None,
+        };
+        // As `deliver_one` re-keys and routes a record.
+        if let Some(pointer) = &topology.nodes[node].common.key_by {
+            match pointer.get_borrowed(&document).filter(|v| !v.is_null()) {
+                Some(value)
+                    if value
+                        .as_str()
+                        .is_some_and(|text| key.as_deref() == Some(text.as_bytes())) => {}
+                Some(value) => key = Some(Cow::Owned(key_bytes(&json::to_owned(value)).into())),
+                None => return Ok(false),
+            }
+            if let (
+                Routing::Partitioned {
+                    partition,
+                    partitions,
+                },
+                Some(key),
+            ) = (self.routing, &key)
+                && partition_for(key, partitions) != partition
+            {
+                return Ok(false);
+            }
+        }
+        let fields: SmallVec<[Option<Value>; 8]> = self.nodes[node]
+            .operator
+            .reads()
+            .unwrap_or_default()
+            .iter()
+            .map(|pointer| pointer.get_borrowed(&document).map(json::to_owned))
+            .collect();
+        let fields: SmallVec<[Option<&Value>; 8]> = fields.iter().map(Option::as_ref).collect();
+        self.advance_event_time(timestamp);
+        self.last_record = Some((self.clocks.processing, self.clocks.event));
+        self.run_operator(topology, node, input, Some(origin), out, |operator, ctx| {
+            operator.process_fields(key.as_deref(), timestamp, &fields, ctx)
+        })?;
+        self.fire_timers(Clock::Event, out, TIMERS_PER_RECORD)?;
+        #[cfg(test)]
+        {
+            self.fields_taken += 1;
+        }
+        Ok(true)
+    }
+
     fn source_record(
         &mut self,
         topology: &Topology,
@@ -733,6 +864,22 @@ impl Task {
         origin: Option<&Origin<'_>>,
         out: &mut Vec<Output>,
     ) -> Result<(), TaskError> {
+        self.run_operator(topology, index, input, origin, out, |operator, ctx| {
+            operator.process(record, ctx)
+        })
+    }
+
+    /// Node `index` takes one record from its `input`-th input, by `take`
+    /// ([`Operator::process`] or [`Operator::process_fields`]).
+    fn run_operator(
+        &mut self,
+        topology: &Topology,
+        index: usize,
+        input: usize,
+        origin: Option<&Origin<'_>>,
+        out: &mut Vec<Output>,
+        take: impl FnOnce(&mut dyn Operator, &mut Context<'_>) -> Result<(), OpError>,
+    ) -> Result<(), TaskError> {
         let mut emitted = Vec::new();
         let result = {
             let node = &mut self.nodes[index];
@@ -746,7 +893,7 @@ impl Task {
                 input,
                 origin,
             };
-            node.operator.process(record, &mut ctx)
+            take(node.operator.as_mut(), &mut ctx)
         };
         self.after_operator(topology, index, result, origin, emitted, out)
     }
@@ -1013,6 +1160,246 @@ sinks:
         for saved in [None, Some(&b"not json"[..]), Some(&other_type[..])] {
             assert!(task.start(saved).unwrap(), "counted");
             assert_eq!(folds_open(&task), 3, "saved: {saved:?}");
+        }
+    }
+
+    /// A fold with every merge rule, keyed by a field, on a source it alone
+    /// reads: its records may be taken a field at a time.
+    const EVERY_RULE: &str = "
+name: fields
+kafka: { bootstrap_servers: 'unused:9092' }
+sources:
+  events: { topic: events }
+nodes:
+  fold:
+    type: fold
+    input: events
+    key_by: /k
+    fields:
+      s: { rule: set, from: /a }
+      u: { rule: key_union, from: /o }
+      n: { rule: sum, from: /n/x }
+      lo: { rule: min, from: /a }
+      hi: { rule: max, from: /arr/1 }
+      f: { rule: first, from: /a }
+      l: { rule: last, from: /o }
+      c: { rule: count }
+      cf: { rule: count, from: /n }
+      li: { rule: list, from: /a, max_len: 3 }
+    max_events: 4
+    quiet_for: 1s
+sinks:
+  out: { topic: out, input: fold }
+";
+
+    /// A record's key and payload as read.
+    type Wire = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+    /// Two tasks of `topology`: one decodes whole records
+    /// ([`Records::process_source`]), the other takes them as
+    /// [`Records::process_source_bytes`] does.
+    fn twin_tasks(topology: &str, routing: Routing) -> (Task, Task, Codecs) {
+        let topology = Arc::new(crate::topology::load_str("t.yaml", topology, &|_| None).unwrap());
+        let codecs = Codecs::offline(&topology).unwrap();
+        let task = || {
+            let stores = topology.stores().count();
+            let mut task = Task::new(
+                Arc::clone(&topology),
+                Box::new(MemoryBackend::new(stores)),
+                routing,
+            )
+            .unwrap();
+            task.set_processing_time(0);
+            task.start(None).unwrap();
+            task
+        };
+        (task(), task(), codecs)
+    }
+
+    /// Feeds `(key, payload)` records to both tasks, one way each, and
+    /// checks that they emit the same outputs and write the same state.
+    fn same_both_ways(whole: &mut Task, fields: &mut Task, codecs: &Codecs, records: &[Wire]) {
+        for (offset, (key, payload)) in records.iter().enumerate() {
+            let origin = Origin {
+                topic: "events",
+                partition: 0,
+                offset: offset as i64,
+                key: key.as_deref(),
+                payload: payload.as_deref(),
+                headers: &[],
+            };
+            let timestamp = 1_000 + offset as i64;
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let decoded =
+                codecs.decode_record(0, origin.key, origin.payload, timestamp, Vec::new());
+            whole
+                .records()
+                .process_source(0, &origin, decoded, &mut a)
+                .unwrap();
+            fields
+                .records()
+                .process_source_bytes(0, &origin, codecs, timestamp, &mut b)
+                .unwrap();
+            let payload = payload.as_deref().map(String::from_utf8_lossy);
+            assert_eq!(a, b, "record {offset}: {key:?} {payload:?}");
+        }
+        let changelog = |task: &mut Task| {
+            let entries = task.state().changelog().unwrap();
+            entries
+                .iter()
+                .map(|e| (e.store, e.key.clone(), e.value.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(changelog(whole), changelog(fields), "state written");
+    }
+
+    /// A value as its text, from a few of each kind: strings with escapes,
+    /// integers at their limits, floats, `-0`, objects with a repeated
+    /// name, arrays.
+    fn json_text() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            r#""x""#,
+            r#""y\n""#,
+            r#""\u0061""#,
+            r#""a""#,
+            "3",
+            "-2",
+            "2.5",
+            "-0",
+            "1e3",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "true",
+            "null",
+            r#"[1,"x"]"#,
+            "[0,5]",
+            r#"["a","b"]"#,
+            r#"{"q":1}"#,
+            r#"{"x":1}"#,
+            r#"{"x":2.5}"#,
+            r#"{"x":"s"}"#,
+            r#"{"m1":1}"#,
+            r#"{"m2":2,"m1":3}"#,
+            r#"{"m1":1,"m1":2}"#,
+            "{}",
+        ])
+        .prop_map(String::from)
+    }
+
+    /// A record's payload: an object of some of the fields the fold reads
+    /// (a name may repeat), or text that is not such an object, or no
+    /// payload.
+    fn payload() -> impl Strategy<Value = Option<Vec<u8>>> {
+        let name = prop::sample::select(vec!["k", "a", "o", "n", "arr", "z"]);
+        let object = prop::collection::vec((name, json_text()), 0..7).prop_map(|fields| {
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|(name, value)| format!(r#""{name}":{value}"#))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        });
+        prop_oneof![
+            8 => object.prop_map(|text| Some(text.into_bytes())),
+            1 => json_text().prop_map(|text| Some(text.into_bytes())),
+            1 => prop::sample::select(vec![
+                &br#"{"k": "a","#[..],
+                &b"\xff\xfe"[..],
+                &br#"{"k": "a"} x"#[..],
+                &b""[..],
+            ])
+            .prop_map(|bytes| Some(bytes.to_vec())),
+            1 => Just(None),
+        ]
+    }
+
+    fn record() -> impl Strategy<Value = Wire> {
+        let key = prop::sample::select(vec![
+            None,
+            Some(&b"a"[..]),
+            Some(&b"b"[..]),
+            Some(&b"3"[..]),
+        ])
+        .prop_map(|key| key.map(<[u8]>::to_vec));
+        (key, payload())
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Whatever the records, taking them a field at a time emits and
+        /// stores exactly what decoding them whole does, straight or
+        /// through a repartition topic.
+        #[test]
+        fn fields_and_whole_records_fold_alike(
+            records in prop::collection::vec(record(), 1..40),
+            partitioned in any::<bool>(),
+        ) {
+            let routing = if partitioned {
+                Routing::Partitioned { partition: 0, partitions: 2 }
+            } else {
+                Routing::Direct
+            };
+            let (mut whole, mut fields, codecs) = twin_tasks(EVERY_RULE, routing);
+            same_both_ways(&mut whole, &mut fields, &codecs, &records);
+            prop_assert_eq!(whole.fields_taken, 0);
+        }
+    }
+
+    /// The social-metrics event is taken a field at a time, and sources
+    /// that cannot be are decoded whole: one feeding two nodes, one with a
+    /// timestamp field, one whose only node takes whole records.
+    #[test]
+    fn which_records_are_taken_a_field_at_a_time() {
+        let event = br#"{"k":"a","a":"x","o":{"m1":1},"n":{"x":2},"arr":[0,5]}"#;
+        let (mut whole, mut fields, codecs) = twin_tasks(EVERY_RULE, Routing::Direct);
+        let records = [(Some(b"a".to_vec()), Some(event.to_vec()))];
+        same_both_ways(&mut whole, &mut fields, &codecs, &records);
+        assert_eq!(fields.fields_taken, 1);
+        // Without its key field the record is decoded whole, and
+        // dead-lettered as before.
+        let records = [(Some(b"a".to_vec()), Some(br#"{"a":"x"}"#.to_vec()))];
+        same_both_ways(&mut whole, &mut fields, &codecs, &records);
+        assert_eq!(fields.fields_taken, 1);
+
+        let event = br#"{"post_id":"post_1","account_id":"account_1","metrics":{"likes":3}}"#;
+        let records = [(Some(b"account_1".to_vec()), Some(event.to_vec()))];
+
+        let fold = "
+  fold:
+    type: fold
+    input: events
+    fields: { p: { rule: set, from: /post_id } }
+    quiet_for: 1s";
+        let filter = "
+  other:
+    type: filter
+    input: events
+    condition: '.post_id != null'";
+        let plain = "events: { topic: events }";
+        let timed = "events: { topic: events, timestamp: /at }";
+        let cases = [
+            (plain, vec![fold], 1),
+            (timed, vec![fold], 0),
+            (plain, vec![fold, filter], 0),
+            (plain, vec![filter], 0),
+        ];
+        for (source, nodes, taken) in cases {
+            let sinks: String = nodes
+                .iter()
+                .map(|node| {
+                    let name = if *node == fold { "fold" } else { "other" };
+                    format!("\n  {name}_out: {{ topic: {name}-out, input: {name} }}")
+                })
+                .collect();
+            let topology = format!(
+                "name: t\nkafka: {{ bootstrap_servers: 'unused:9092' }}\nsources:\n  {source}\nnodes:{}\nsinks:{sinks}\n",
+                nodes.concat()
+            );
+            let (mut whole, mut fields, codecs) = twin_tasks(&topology, Routing::Direct);
+            same_both_ways(&mut whole, &mut fields, &codecs, &records);
+            assert_eq!(fields.fields_taken, taken, "{topology}");
         }
     }
 }

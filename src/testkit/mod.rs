@@ -431,16 +431,13 @@ impl Driver {
                 payload: wire.payload.as_deref(),
                 headers: &fixture.headers,
             };
-            let decoded = self.codecs.decode_record(
+            self.task.records().process_source_bytes(
                 source,
-                wire.key.as_deref(),
-                wire.payload.as_deref(),
+                &origin,
+                &self.codecs,
                 fixture.timestamp.unwrap_or(self.now),
-                fixture.headers.clone(),
-            );
-            self.task
-                .records()
-                .process_source(source, &origin, decoded, &mut outputs)?;
+                &mut outputs,
+            )?;
             last = wire;
         }
         let origin = Origin {
