@@ -3,7 +3,10 @@
 //! names, set of post ids, closing after 100 events), committing state
 //! every 5,000 records as the runtime does about every 100 ms. In
 //! `json_bytes_new_posts` every event names a new post, so the sets grow
-//! to 100 ids; in the others 50 posts repeat.
+//! to 100 ids; in the others 50 posts repeat. The `json_bytes_*` cases
+//! take the events as the runtime does, a field at a time
+//! (`process_source_bytes`); their `_whole` twins decode each event whole
+//! first, as before.
 //!
 //! `cargo bench --bench fold`
 
