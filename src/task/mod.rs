@@ -1051,11 +1051,16 @@ sinks:
     /// A started task of [`TOPOLOGY`] on an in-memory state, at time 0.
     fn started_task() -> Task {
         let topology = crate::topology::load_str("bounded.yaml", TOPOLOGY, &|_| None).unwrap();
+        task_of(&Arc::new(topology), Routing::Direct)
+    }
+
+    /// A started task of `topology` on an in-memory state, at time 0.
+    fn task_of(topology: &Arc<Topology>, routing: Routing) -> Task {
         let stores = topology.stores().count();
         let mut task = Task::new(
-            Arc::new(topology),
+            Arc::clone(topology),
             Box::new(MemoryBackend::new(stores)),
-            Routing::Direct,
+            routing,
         )
         .unwrap();
         task.set_processing_time(0);
@@ -1201,19 +1206,11 @@ sinks:
     fn twin_tasks(topology: &str, routing: Routing) -> (Task, Task, Codecs) {
         let topology = Arc::new(crate::topology::load_str("t.yaml", topology, &|_| None).unwrap());
         let codecs = Codecs::offline(&topology).unwrap();
-        let task = || {
-            let stores = topology.stores().count();
-            let mut task = Task::new(
-                Arc::clone(&topology),
-                Box::new(MemoryBackend::new(stores)),
-                routing,
-            )
-            .unwrap();
-            task.set_processing_time(0);
-            task.start(None).unwrap();
-            task
-        };
-        (task(), task(), codecs)
+        (
+            task_of(&topology, routing),
+            task_of(&topology, routing),
+            codecs,
+        )
     }
 
     /// Feeds `(key, payload)` records to both tasks, one way each, and
