@@ -47,7 +47,16 @@ pub(crate) fn to_owned(value: &Borrowed<'_>) -> Value {
     match value {
         Borrowed::Null => Value::Null,
         Borrowed::Bool(b) => Value::Bool(*b),
-        Borrowed::Number(n) => Value::Number((*n).into()),
+        // As serde_json's own `Value` keeps numbers (a float that is not
+        // finite, which its parser never gives, would be null).
+        Borrowed::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => Value::from(u),
+            (None, Some(i)) => Value::from(i),
+            _ => n
+                .as_f64()
+                .and_then(serde_json::Number::from_f64)
+                .map_or(Value::Null, Value::Number),
+        },
         Borrowed::Str(text) => Value::String(text.to_string()),
         Borrowed::Array(items) => Value::Array(items.iter().map(to_owned).collect()),
         // Inserted in order, as serde_json builds a map: a later repeated
@@ -185,6 +194,19 @@ mod tests {
         );
     }
 
+    /// A borrowed parse made whole is the value [`decode`] gives, and
+    /// succeeds on exactly the inputs `decode` reads.
+    fn borrowed_same_as_decode(bytes: &[u8]) {
+        let decoded = decode(bytes).ok();
+        let borrowed = parse_borrowed(bytes).map(|document| to_owned(&document));
+        assert_eq!(
+            borrowed,
+            decoded,
+            "input {:?}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+
     #[test]
     fn parsing_answers_as_from_slice_does_on_edge_cases() {
         for input in [
@@ -199,8 +221,13 @@ mod tests {
             b"{\"a\": 1} x",
             b"",
             b"{\"a\": 01}",
+            // Repeated names, numbers at and past their limits, `-0`.
+            b"{\"a\": 1, \"b\": [2], \"a\": {\"c\": 3}}",
+            b"[18446744073709551615, 18446744073709551616, -9223372036854775808, -0, 1e308, 1e400]",
+            b"[-9223372036854775809, 0.1, -0, -0.0, 5e-324]",
         ] {
             same_as_from_slice(input);
+            borrowed_same_as_decode(input);
         }
     }
 
@@ -252,6 +279,7 @@ mod tests {
             bytes in prop_oneof![near_json(), proptest::collection::vec(any::<u8>(), 0..64)]
         ) {
             same_as_from_slice(&bytes);
+            borrowed_same_as_decode(&bytes);
         }
     }
 

@@ -171,6 +171,15 @@ struct Seen {
 
 impl JsonState for Seen {}
 
+/// What [`Task::source_fields`] did with a record.
+enum FieldsWay {
+    /// Its operator took the fields it reads.
+    Taken,
+    /// It is to be taken whole: here it is when its value was parsed
+    /// already, so it is not parsed twice.
+    Whole(Option<Record>),
+}
+
 /// The topology over one partition number.
 pub struct Task {
     topology: Arc<Topology>,
@@ -242,8 +251,8 @@ impl Records<'_> {
     /// operator reads"). A record that way cannot take exactly as
     /// [`Records::process_source`] would (a value that is not JSON, a
     /// missing `key_by` field, a record bound for another partition's
-    /// task) is decoded whole and taken that way, so the two ways differ
-    /// in cost only.
+    /// task) is taken whole, its parsed document made whole rather than
+    /// parsed again, so the two ways differ in cost only.
     pub fn process_source_bytes(
         &mut self,
         source: usize,
@@ -252,19 +261,21 @@ impl Records<'_> {
         timestamp: Timestamp,
         out: &mut Vec<Output>,
     ) -> Result<(), TaskError> {
-        if self
-            .task
-            .source_fields(&self.topology, source, origin, codecs, timestamp, out)?
-        {
-            return Ok(());
-        }
-        let decoded = codecs.decode_record(
-            source,
-            origin.key,
-            origin.payload,
-            timestamp,
-            origin.headers.to_vec(),
-        );
+        let decoded =
+            match self
+                .task
+                .source_fields(&self.topology, source, origin, codecs, timestamp, out)?
+            {
+                FieldsWay::Taken => return Ok(()),
+                FieldsWay::Whole(Some(record)) => Ok(record),
+                FieldsWay::Whole(None) => codecs.decode_record(
+                    source,
+                    origin.key,
+                    origin.payload,
+                    timestamp,
+                    origin.headers.to_vec(),
+                ),
+            };
         self.process_source(source, origin, decoded, out)
     }
 
@@ -596,8 +607,8 @@ impl Task {
     }
 
     /// The way of [`Records::process_source_bytes`] that builds only the
-    /// fields the operator reads; `false` when the record is to be decoded
-    /// whole instead (nothing was done).
+    /// fields the operator reads, or says that the record is to be taken
+    /// whole (and nothing was done).
     fn source_fields(
         &mut self,
         topology: &Topology,
@@ -606,20 +617,32 @@ impl Task {
         codecs: &Codecs,
         timestamp: Timestamp,
         out: &mut Vec<Output>,
-    ) -> Result<bool, TaskError> {
+    ) -> Result<FieldsWay, TaskError> {
         let Some((node, input)) = self.field_paths[source] else {
-            return Ok(false);
+            return Ok(FieldsWay::Whole(None));
         };
         let Some(keyless) = codecs.plain_json_keyless(source) else {
-            return Ok(false);
+            return Ok(FieldsWay::Whole(None));
         };
         let Some(document) = origin.payload.and_then(json::parse_borrowed) else {
-            return Ok(false);
+            return Ok(FieldsWay::Whole(None));
         };
-        let mut key: Option<Cow<'_, [u8]>> = match origin.key {
-            Some(key) if !keyless => Some(Cow::Borrowed(key)),
+        let read_key = match origin.key {
+            Some(key) if !keyless => Some(key),
             _ => None,
         };
+        // Parsed already: the whole record is the document, as
+        // `Codecs::decode_record` would decode it (a plain JSON source's
+        // key passes through).
+        let whole = || {
+            FieldsWay::Whole(Some(Record {
+                key: read_key.map(Box::from),
+                value: json::to_owned(&document),
+                timestamp,
+                headers: origin.headers.to_vec(),
+            }))
+        };
+        let mut key: Option<Cow<'_, [u8]>> = read_key.map(Cow::Borrowed);
         // As `deliver_one` re-keys and routes a record.
         if let Some(pointer) = &topology.nodes[node].common.key_by {
             match pointer.get_borrowed(&document).filter(|v| !v.is_null()) {
@@ -628,7 +651,7 @@ impl Task {
                         .as_str()
                         .is_some_and(|text| key.as_deref() == Some(text.as_bytes())) => {}
                 Some(value) => key = Some(Cow::Owned(key_bytes(&json::to_owned(value)).into())),
-                None => return Ok(false),
+                None => return Ok(whole()),
             }
             if let (
                 Routing::Partitioned {
@@ -639,7 +662,7 @@ impl Task {
             ) = (self.routing, &key)
                 && partition_for(key, partitions) != partition
             {
-                return Ok(false);
+                return Ok(whole());
             }
         }
         let fields: SmallVec<[Option<Value>; 8]> = self.nodes[node]
@@ -660,7 +683,7 @@ impl Task {
         {
             self.fields_taken += 1;
         }
-        Ok(true)
+        Ok(FieldsWay::Taken)
     }
 
     fn source_record(
