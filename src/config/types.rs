@@ -235,27 +235,10 @@ impl JsonPointer {
         Some(current)
     }
 
-    /// [`JsonPointer::get`] on a borrowed document. Of an object's repeated
-    /// names the last counts, as in the [`Value`] serde_json builds.
-    pub(crate) fn get_borrowed<'v, 'a>(
-        &self,
-        value: &'v crate::record::json::Borrowed<'a>,
-    ) -> Option<&'v crate::record::json::Borrowed<'a>> {
-        use crate::record::json::Borrowed;
-        let mut current = value;
-        for token in &self.tokens {
-            current = match current {
-                Borrowed::Object(map) => {
-                    map.iter()
-                        .filter(|(name, _)| *name == token.as_str())
-                        .last()?
-                        .1
-                }
-                Borrowed::Array(items) => items.get(token.parse::<usize>().ok()?)?,
-                _ => return None,
-            };
-        }
-        Some(current)
+    /// The reference tokens, unescaped: the object member names or array
+    /// indexes the pointer walks through, in order.
+    pub(crate) fn tokens(&self) -> &[String] {
+        &self.tokens
     }
 
     /// The last reference token: the natural field name for what the

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::config::types::JsonPointer;
 use crate::record::Timestamp;
 
 /// Parses a record value. The error says what is wrong and where, for the
@@ -38,6 +39,30 @@ pub(crate) type Borrowed<'a> = serde_json_borrow::Value<'a>;
 pub(crate) fn parse_borrowed(bytes: &[u8]) -> Option<Borrowed<'_>> {
     let text = std::str::from_utf8(bytes).ok()?;
     serde_json::from_str(text).ok()
+}
+
+/// What `pointer` designates in a borrowed document, as
+/// [`JsonPointer::get`] finds it in the [`Value`] of the same bytes: of an
+/// object's repeated names the last counts, as serde_json's map keeps it.
+pub(crate) fn pointer_get<'v, 'a>(
+    pointer: &JsonPointer,
+    value: &'v Borrowed<'a>,
+) -> Option<&'v Borrowed<'a>> {
+    let mut current = value;
+    for token in pointer.tokens() {
+        current = match current {
+            Borrowed::Object(fields) => {
+                fields
+                    .iter()
+                    .filter(|(name, _)| *name == token.as_str())
+                    .last()?
+                    .1
+            }
+            Borrowed::Array(items) => items.get(token.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(current)
 }
 
 /// The [`Value`] a borrowed value stands for: the one [`decode`] builds

@@ -645,7 +645,7 @@ impl Task {
         let mut key: Option<Cow<'_, [u8]>> = read_key.map(Cow::Borrowed);
         // As `deliver_one` re-keys and routes a record.
         if let Some(pointer) = &topology.nodes[node].common.key_by {
-            match pointer.get_borrowed(&document).filter(|v| !v.is_null()) {
+            match json::pointer_get(pointer, &document).filter(|v| !v.is_null()) {
                 Some(value)
                     if value
                         .as_str()
@@ -670,7 +670,7 @@ impl Task {
             .reads()
             .unwrap_or_default()
             .iter()
-            .map(|pointer| pointer.get_borrowed(&document).map(json::to_owned))
+            .map(|pointer| json::pointer_get(pointer, &document).map(json::to_owned))
             .collect();
         let fields: SmallVec<[Option<&Value>; 8]> = fields.iter().map(Option::as_ref).collect();
         self.advance_event_time(timestamp);
