@@ -1,10 +1,13 @@
 //! JSON values: decoding, encoding, and a total order for merging.
 
 use std::cmp::Ordering;
+use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+use smallvec::SmallVec;
 
 use crate::config::types::JsonPointer;
 use crate::record::Timestamp;
@@ -27,73 +30,343 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> 
     }
 }
 
-/// A record's value parsed with its strings borrowed from the bytes where
-/// they need no unescaping, objects as vectors of fields: what a task reads
-/// the fields of when its operator reads only some (`Operator::reads`).
-/// Parsing one takes about 60 % of the time of building a [`Value`]
-/// (BENCHMARKS.md, "Only the fields an operator reads").
-pub(crate) type Borrowed<'a> = serde_json_borrow::Value<'a>;
-
-/// `bytes` as a [`Borrowed`] document, if they are UTF-8 and JSON; the
-/// caller decodes anything else with [`decode`] for its error.
-pub(crate) fn parse_borrowed(bytes: &[u8]) -> Option<Borrowed<'_>> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    serde_json::from_str(text).ok()
+/// The values at some JSON pointers of a record, read without building the
+/// rest of it: what a task reads when its operator reads only some fields
+/// of a value (`Operator::reads`). The record is parsed in one pass, by
+/// serde_json's own parser and with its recursion limit, so it is read as
+/// JSON exactly when [`decode`] reads it; only the values at the pointers
+/// become [`Value`]s. Each is what [`JsonPointer::get`] finds in the
+/// decoded value: of an object's repeated names the last counts, as
+/// serde_json's map keeps it. (BENCHMARKS.md, "Only the fields an operator
+/// reads".)
+#[derive(Debug)]
+pub(crate) struct Projection {
+    root: Step,
+    /// Per pointer asked for, the slot its value is read into.
+    slots: Vec<usize>,
+    /// The slots of pointers under one that is read whole, found in its
+    /// value once read: (slot, the ancestor's slot, the tokens below it).
+    within: Vec<(usize, usize, Vec<String>)>,
+    count: usize,
 }
 
-/// What `pointer` designates in a borrowed document, as
-/// [`JsonPointer::get`] finds it in the [`Value`] of the same bytes: of an
-/// object's repeated names the last counts, as serde_json's map keeps it.
-pub(crate) fn pointer_get<'v, 'a>(
-    pointer: &JsonPointer,
-    value: &'v Borrowed<'a>,
-) -> Option<&'v Borrowed<'a>> {
-    let mut current = value;
-    for token in pointer.tokens() {
-        current = match current {
-            Borrowed::Object(fields) => {
-                fields
-                    .iter()
-                    .filter(|(name, _)| *name == token.as_str())
-                    .last()?
-                    .1
+/// A place in the documents the pointers walk through.
+#[derive(Debug, Default)]
+struct Step {
+    /// The slot of the pointer that ends here: its value is read whole.
+    target: Option<usize>,
+    /// The names or indexes the pointers go on through.
+    children: Vec<Child>,
+    /// The slots read at and under this step, which a repeated name
+    /// clears.
+    under: Vec<usize>,
+}
+
+impl Step {
+    /// The step under this one that `token` leads to, added if new; `None`
+    /// if `token` names an index another child names otherwise.
+    fn child(&mut self, token: &str) -> Option<&mut Step> {
+        let index = token.parse::<usize>().ok();
+        let at = match self.children.iter().position(|(name, ..)| name == token) {
+            Some(at) => at,
+            None if index.is_some() && self.children.iter().any(|(_, at, _)| *at == index) => {
+                return None;
             }
-            Borrowed::Array(items) => items.get(token.parse::<usize>().ok()?)?,
+            None => {
+                self.children
+                    .push((token.to_string(), index, Step::default()));
+                self.children.len() - 1
+            }
+        };
+        Some(&mut self.children[at].2)
+    }
+
+    /// Fills in `under` here and below.
+    fn gather(&mut self) -> &[usize] {
+        let mut under: Vec<usize> = self.target.into_iter().collect();
+        for (.., child) in &mut self.children {
+            under.extend_from_slice(child.gather());
+        }
+        self.under = under;
+        &self.under
+    }
+}
+
+impl Projection {
+    /// The projection of `pointers`; `None` when two of them name one
+    /// array index in two ways (`/a/1` and `/a/01`), which one pass cannot
+    /// read both of.
+    pub(crate) fn new(pointers: &[&JsonPointer]) -> Option<Projection> {
+        let mut root = Step::default();
+        let mut slots = vec![0; pointers.len()];
+        let mut within = Vec::new();
+        let mut count = 0;
+        // Shortest first, so a pointer read whole is known before the
+        // pointers under it.
+        let mut order: Vec<usize> = (0..pointers.len()).collect();
+        order.sort_by_key(|&at| pointers[at].tokens().len());
+        'pointers: for at in order {
+            let tokens = pointers[at].tokens();
+            let mut step = &mut root;
+            for (depth, token) in tokens.iter().enumerate() {
+                if let Some(ancestor) = step.target {
+                    within.push((count, ancestor, tokens[depth..].to_vec()));
+                    slots[at] = count;
+                    count += 1;
+                    continue 'pointers;
+                }
+                step = step.child(token)?;
+            }
+            slots[at] = *step.target.get_or_insert_with(|| {
+                count += 1;
+                count - 1
+            });
+        }
+        root.gather();
+        Some(Projection {
+            root,
+            slots,
+            within,
+            count,
+        })
+    }
+
+    /// The values at the pointers in `bytes`, by slot ([`Projection::slot`]),
+    /// if `bytes` are UTF-8 and JSON; the caller decodes anything else with
+    /// [`decode`] for its error.
+    pub(crate) fn read(&self, bytes: &[u8]) -> Option<SmallVec<[Option<Value>; 8]>> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut values: SmallVec<[Option<Value>; 8]> = SmallVec::from_elem(None, self.count);
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        Read {
+            step: &self.root,
+            values: &mut values,
+        }
+        .deserialize(&mut deserializer)
+        .ok()?;
+        deserializer.end().ok()?;
+        for (slot, ancestor, tokens) in &self.within {
+            values[*slot] = values[*ancestor]
+                .as_ref()
+                .and_then(|value| get(value, tokens))
+                .cloned();
+        }
+        Some(values)
+    }
+
+    /// How many pointers [`Projection::new`] was given.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The slot of the `pointer`-th pointer [`Projection::new`] was given.
+    pub(crate) fn slot(&self, pointer: usize) -> usize {
+        self.slots[pointer]
+    }
+}
+
+/// [`JsonPointer::get`] from a value, by tokens.
+fn get<'v>(value: &'v Value, tokens: &[String]) -> Option<&'v Value> {
+    let mut current = value;
+    for token in tokens {
+        current = match current {
+            Value::Object(map) => map.get(token.as_str())?,
+            Value::Array(items) => items.get(token.parse::<usize>().ok()?)?,
             _ => return None,
         };
     }
     Some(current)
 }
 
-/// The [`Value`] a borrowed value stands for: the one [`decode`] builds
-/// from the same bytes (numbers as serde_json reads them; of an object's
-/// repeated names, the last).
-pub(crate) fn to_owned(value: &Borrowed<'_>) -> Value {
-    match value {
-        Borrowed::Null => Value::Null,
-        Borrowed::Bool(b) => Value::Bool(*b),
-        // As serde_json's own `Value` keeps numbers (a float that is not
-        // finite, which its parser never gives, would be null).
-        Borrowed::Number(n) => match (n.as_u64(), n.as_i64()) {
-            (Some(u), _) => Value::from(u),
-            (None, Some(i)) => Value::from(i),
-            _ => n
-                .as_f64()
-                .and_then(serde_json::Number::from_f64)
-                .map_or(Value::Null, Value::Number),
-        },
-        Borrowed::Str(text) => Value::String(text.to_string()),
-        Borrowed::Array(items) => Value::Array(items.iter().map(to_owned).collect()),
-        // Inserted in order, as serde_json builds a map: a later repeated
-        // name replaces the earlier one. (Collecting would sort first,
-        // which costs more for the few fields of an event.)
-        Borrowed::Object(fields) => {
-            let mut map = serde_json::Map::new();
-            for (name, value) in fields.iter() {
-                map.insert(name.to_owned(), to_owned(value));
+/// Reads the value at a [`Step`]: whole if a pointer ends there, else the
+/// steps under it, skipping the rest.
+struct Read<'p, 'v> {
+    step: &'p Step,
+    values: &'v mut [Option<Value>],
+}
+
+impl<'de> DeserializeSeed<'de> for Read<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        match self.step.target {
+            Some(slot) => {
+                self.values[slot] = Some(Value::deserialize(deserializer)?);
+                Ok(())
             }
-            Value::Object(map)
+            None => deserializer.deserialize_any(self),
         }
+    }
+}
+
+impl<'de> Visitor<'de> for Read<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    // A scalar where a pointer goes on: nothing there.
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        let mut index = 0;
+        loop {
+            let child = self
+                .step
+                .children
+                .iter()
+                .find(|(_, at, _)| *at == Some(index));
+            let more = match child {
+                Some((.., step)) => items
+                    .next_element_seed(Read {
+                        step,
+                        values: &mut *self.values,
+                    })?
+                    .is_some(),
+                None => items.next_element_seed(Skip)?.is_some(),
+            };
+            if !more {
+                return Ok(());
+            }
+            index += 1;
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> Result<(), A::Error> {
+        while let Some(child) = fields.next_key_seed(Name(self.step))? {
+            match child {
+                Some((.., step)) => {
+                    // A repeated name replaces what the earlier one held.
+                    for &slot in &step.under {
+                        self.values[slot] = None;
+                    }
+                    fields.next_value_seed(Read {
+                        step,
+                        values: &mut *self.values,
+                    })?;
+                }
+                None => fields.next_value_seed(Skip)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The step a name leads to, if any pointer goes through it.
+struct Name<'p>(&'p Step);
+
+/// A name a pointer goes on through: its text, the array index it is as
+/// well if it is one, and the step it leads to.
+type Child = (String, Option<usize>, Step);
+
+impl<'de, 'p> DeserializeSeed<'de> for Name<'p> {
+    type Value = Option<&'p Child>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de, 'p> Visitor<'de> for Name<'p> {
+    type Value = Option<&'p Child>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object member name")
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<Self::Value, E> {
+        Ok(self.0.children.iter().find(|(known, ..)| known == name))
+    }
+}
+
+/// A value no pointer goes into, parsed and checked as [`decode`] checks it
+/// (serde_json's `IgnoredAny` would skip it without its recursion limit),
+/// building nothing.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        while items.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> Result<(), A::Error> {
+        while fields.next_key_seed(SkipName)?.is_some() {
+            fields.next_value_seed(Skip)?;
+        }
+        Ok(())
+    }
+}
+
+/// An object member name no pointer goes through.
+struct SkipName;
+
+impl<'de> DeserializeSeed<'de> for SkipName {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_str(Skip)
     }
 }
 
@@ -219,17 +492,38 @@ mod tests {
         );
     }
 
-    /// A borrowed parse made whole is the value [`decode`] gives, and
-    /// succeeds on exactly the inputs `decode` reads.
-    fn borrowed_same_as_decode(bytes: &[u8]) {
+    /// A projection reads exactly the inputs [`decode`] reads, and finds at
+    /// each pointer what [`JsonPointer::get`] finds in the decoded value.
+    fn projected_same_as_decoded(bytes: &[u8], pointers: &[JsonPointer]) {
+        let pointers: Vec<&JsonPointer> = pointers.iter().collect();
+        let Some(projection) = Projection::new(&pointers) else {
+            return;
+        };
         let decoded = decode(bytes).ok();
-        let borrowed = parse_borrowed(bytes).map(|document| to_owned(&document));
+        let expected = decoded.as_ref().map(|value| {
+            pointers
+                .iter()
+                .map(|pointer| pointer.get(value).cloned())
+                .collect::<Vec<_>>()
+        });
+        let projected = projection.read(bytes).map(|values| {
+            (0..projection.len())
+                .map(|pointer| values[projection.slot(pointer)].clone())
+                .collect::<Vec<_>>()
+        });
         assert_eq!(
-            borrowed,
-            decoded,
-            "input {:?}",
+            projected,
+            expected,
+            "input {:?}, pointers {pointers:?}",
             String::from_utf8_lossy(bytes)
         );
+    }
+
+    fn pointers(texts: &[&str]) -> Vec<JsonPointer> {
+        texts
+            .iter()
+            .map(|text| JsonPointer::parse(text).unwrap())
+            .collect()
     }
 
     #[test]
@@ -252,8 +546,92 @@ mod tests {
             b"[-9223372036854775809, 0.1, -0, -0.0, 5e-324]",
         ] {
             same_as_from_slice(input);
-            borrowed_same_as_decode(input);
+            projected_same_as_decoded(input, &pointers(&["/a", "/b/0", "/post_id"]));
         }
+    }
+
+    #[test]
+    fn projections_find_what_pointers_find_on_edge_cases() {
+        let deep = format!(
+            "{{\"a\": 1, \"b\": {}{}}}",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        for (input, texts) in [
+            // A repeated name: the last counts, whatever the first held.
+            (
+                &br#"{"a": {"b": 1, "c": 2}, "a": {"c": 3}}"#[..],
+                &["/a/b", "/a/c", "/a"][..],
+            ),
+            (br#"{"a": {"b": 1}, "a": 2}"#, &["/a/b"]),
+            (br#"{"a": 2, "a": {"b": 1}}"#, &["/a/b", "/a/b"]),
+            // A pointer under one read whole, the whole document, the
+            // empty name, escapes in names.
+            (
+                br#"{"a": {"b": [1, {"c": 2}]}}"#,
+                &["/a", "/a/b/1/c", "/a/b/1"],
+            ),
+            (br#"{"a": 1}"#, &["", "/a"]),
+            (br#"{"": 1, "a~b": 2, "a/b": 3}"#, &["/", "/a~0b", "/a~1b"]),
+            (br#"{"a\u0062": 1, "\u00e9": 2}"#, &["/ab", "/\u{e9}"]),
+            // Indexes: into arrays, and as names of objects.
+            (br#"{"a": [10, 20, 30]}"#, &["/a/0", "/a/2", "/a/3", "/a/x"]),
+            (br#"{"a": {"0": "zero", "1": "one"}}"#, &["/a/0", "/a/1"]),
+            (br#"[[1, 2], [3, 4]]"#, &["/1/0", "/0", "/+1"]),
+            // Through a scalar or null: nothing there.
+            (br#"{"a": 1, "b": null}"#, &["/a/b", "/b", "/b/c", "/c"]),
+            // Not JSON where no pointer goes, or too deep for serde_json.
+            (br#"{"a": 1, "b": [01]}"#, &["/a"]),
+            (br#"{"a": 1, "b": "\ud800"}"#, &["/a"]),
+            (b"{\"a\": 1, \"b\": \"\xff\"}", &["/a"]),
+            (deep.as_bytes(), &["/a"]),
+            (br#"{"a": 1} {}"#, &["/a"]),
+        ] {
+            projected_same_as_decoded(input, &pointers(texts));
+        }
+    }
+
+    #[test]
+    fn one_index_named_two_ways_is_not_projected() {
+        let both = pointers(&["/a/1", "/a/01"]);
+        assert!(Projection::new(&both.iter().collect::<Vec<_>>()).is_none());
+        let name_and_index = pointers(&["/a/1", "/a/1/b"]);
+        assert!(Projection::new(&name_and_index.iter().collect::<Vec<_>>()).is_some());
+    }
+
+    /// JSON text with names from a few (so pointers find them, and some
+    /// repeat in one object) and values of every kind.
+    fn small_names_json() -> impl Strategy<Value = String> {
+        let name = prop::sample::select(vec!["a", "b", "0", "1", "a~b", ""]);
+        let scalar = prop_oneof![
+            Just("null".to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|n| serde_json::to_string(&n).unwrap()),
+            "[a-c\\\\\"]{0,3}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+        ];
+        scalar.prop_recursive(4, 24, 4, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                proptest::collection::vec((name.clone(), inner), 0..5).prop_map(|fields| {
+                    let fields: Vec<String> = fields
+                        .iter()
+                        .map(|(name, value)| {
+                            format!("{}:{value}", serde_json::to_string(name).unwrap())
+                        })
+                        .collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+            ]
+        })
+    }
+
+    fn small_pointers() -> impl Strategy<Value = Vec<JsonPointer>> {
+        let token = prop::sample::select(vec!["a", "b", "0", "1", "a~0b", "", "2"]);
+        let pointer = proptest::collection::vec(token, 0..4).prop_map(|tokens| {
+            JsonPointer::parse(&tokens.iter().map(|t| format!("/{t}")).collect::<String>()).unwrap()
+        });
+        proptest::collection::vec(pointer, 1..5)
     }
 
     fn value() -> impl Strategy<Value = Value> {
@@ -304,7 +682,23 @@ mod tests {
             bytes in prop_oneof![near_json(), proptest::collection::vec(any::<u8>(), 0..64)]
         ) {
             same_as_from_slice(&bytes);
-            borrowed_same_as_decode(&bytes);
+            projected_same_as_decoded(&bytes, &pointers(&["/a", "/0/1", ""]));
+        }
+
+        #[test]
+        fn projections_find_what_pointers_find(
+            text in small_names_json(),
+            change in any::<Option<(prop::sample::Index, u8)>>(),
+            pointers in small_pointers(),
+        ) {
+            let mut bytes = text.into_bytes();
+            if let Some((at, byte)) = change
+                && !bytes.is_empty()
+            {
+                let at = at.index(bytes.len());
+                bytes[at] = byte;
+            }
+            projected_same_as_decoded(&bytes, &pointers);
         }
     }
 

@@ -24,6 +24,7 @@ use smallvec::SmallVec;
 use serde::{Deserialize, Serialize};
 
 use self::partitioner::partition_for;
+use crate::config::types::JsonPointer;
 use crate::formats::{CodecError, Codecs};
 use crate::operators::{Clocks, Context, Emit, OpError, Operator};
 use crate::record::json::{self, parse_timestamp};
@@ -175,9 +176,19 @@ impl JsonState for Seen {}
 enum FieldsWay {
     /// Its operator took the fields it reads.
     Taken,
-    /// It is to be taken whole: here it is when its value was parsed
-    /// already, so it is not parsed twice.
-    Whole(Option<Record>),
+    /// It is to be taken whole.
+    Whole,
+}
+
+/// A source whose records may be read a field at a time: the node and
+/// input they go to, that node being its only target and reading only
+/// some fields of a value ([`Operator::reads`]).
+struct FieldPath {
+    node: usize,
+    input: usize,
+    /// The node's `key_by` pointer, if any, then the pointers it reads.
+    projection: json::Projection,
+    keyed: bool,
 }
 
 /// The topology over one partition number.
@@ -185,11 +196,10 @@ pub struct Task {
     topology: Arc<Topology>,
     state: StateSet,
     nodes: Vec<NodeRuntime>,
-    /// Per source: the node and input its records go to when that node is
-    /// its only target and reads only some fields of a value
-    /// ([`Operator::reads`]), so [`Records::process_source_bytes`] may
-    /// build just those.
-    field_paths: Vec<Option<(usize, usize)>>,
+    /// Per source whose records may be read a field at a time, where they
+    /// go and what is read, so [`Records::process_source_bytes`] may
+    /// build just those fields.
+    field_paths: Vec<Option<FieldPath>>,
     /// Records taken a field at a time, for tests to see that way taken.
     #[cfg(test)]
     fields_taken: usize,
@@ -246,13 +256,13 @@ impl Records<'_> {
     ///
     /// A plain JSON record whose source feeds a single operator that reads
     /// only some fields of a value ([`Operator::reads`]) is not decoded
-    /// whole: it is parsed with its strings borrowed, and only the fields
-    /// the operator reads are built (BENCHMARKS.md, "Only the fields an
-    /// operator reads"). A record that way cannot take exactly as
-    /// [`Records::process_source`] would (a value that is not JSON, a
-    /// missing `key_by` field, a record bound for another partition's
-    /// task) is taken whole, its parsed document made whole rather than
-    /// parsed again, so the two ways differ in cost only.
+    /// whole: one pass over it builds only the fields the operator reads
+    /// and its `key_by` field ([`json::Projection`]; BENCHMARKS.md, "Only
+    /// the fields an operator reads"). A record that way cannot take
+    /// exactly as [`Records::process_source`] would (a value that is not
+    /// JSON, a missing `key_by` field, a record bound for another
+    /// partition's task) is taken whole, so the two ways differ in cost
+    /// only.
     pub fn process_source_bytes(
         &mut self,
         source: usize,
@@ -267,8 +277,7 @@ impl Records<'_> {
                 .source_fields(&self.topology, source, origin, codecs, timestamp, out)?
             {
                 FieldsWay::Taken => return Ok(()),
-                FieldsWay::Whole(Some(record)) => Ok(record),
-                FieldsWay::Whole(None) => codecs.decode_record(
+                FieldsWay::Whole => codecs.decode_record(
                     source,
                     origin.key,
                     origin.payload,
@@ -378,11 +387,16 @@ impl Task {
             .sources
             .iter()
             .map(|source| match source.targets.as_slice() {
-                [Target::Node { node, input }]
-                    if source.config.timestamp.is_none()
-                        && nodes[*node].operator.reads().is_some() =>
-                {
-                    Some((*node, *input))
+                [Target::Node { node, input }] if source.config.timestamp.is_none() => {
+                    let reads = nodes[*node].operator.reads()?;
+                    let key_by = topology.nodes[*node].common.key_by.as_ref();
+                    let pointers: Vec<&JsonPointer> = key_by.into_iter().chain(reads).collect();
+                    Some(FieldPath {
+                        node: *node,
+                        input: *input,
+                        projection: json::Projection::new(&pointers)?,
+                        keyed: key_by.is_some(),
+                    })
                 }
                 _ => None,
             })
@@ -618,40 +632,29 @@ impl Task {
         timestamp: Timestamp,
         out: &mut Vec<Output>,
     ) -> Result<FieldsWay, TaskError> {
-        let Some((node, input)) = self.field_paths[source] else {
-            return Ok(FieldsWay::Whole(None));
+        let Some(path) = &self.field_paths[source] else {
+            return Ok(FieldsWay::Whole);
         };
+        let (node, input, projection) = (path.node, path.input, &path.projection);
         let Some(keyless) = codecs.plain_json_keyless(source) else {
-            return Ok(FieldsWay::Whole(None));
+            return Ok(FieldsWay::Whole);
         };
-        let Some(document) = origin.payload.and_then(json::parse_borrowed) else {
-            return Ok(FieldsWay::Whole(None));
+        let Some(values) = origin.payload.and_then(|payload| projection.read(payload)) else {
+            return Ok(FieldsWay::Whole);
         };
         let read_key = match origin.key {
             Some(key) if !keyless => Some(key),
             _ => None,
         };
-        // Parsed already: the whole record is the document, as
-        // `Codecs::decode_record` would decode it (a plain JSON source's
-        // key passes through).
-        let whole = || {
-            FieldsWay::Whole(Some(Record {
-                key: read_key.map(Box::from),
-                value: json::to_owned(&document),
-                timestamp,
-                headers: origin.headers.to_vec(),
-            }))
-        };
         let mut key: Option<Cow<'_, [u8]>> = read_key.map(Cow::Borrowed);
-        // As `deliver_one` re-keys and routes a record.
-        if let Some(pointer) = &topology.nodes[node].common.key_by {
-            match json::pointer_get(pointer, &document).filter(|v| !v.is_null()) {
-                Some(value)
-                    if value
-                        .as_str()
-                        .is_some_and(|text| key.as_deref() == Some(text.as_bytes())) => {}
-                Some(value) => key = Some(Cow::Owned(key_bytes(&json::to_owned(value)).into())),
-                None => return Ok(whole()),
+        // As `deliver_one` re-keys and routes a record. A record without
+        // its key, or bound for another partition's task, is taken whole:
+        // parsed again, which is rare.
+        if path.keyed {
+            match values[projection.slot(0)].as_ref().filter(|v| !v.is_null()) {
+                Some(Value::String(text)) if key.as_deref() == Some(text.as_bytes()) => {}
+                Some(value) => key = Some(Cow::Owned(key_bytes(value).into())),
+                None => return Ok(FieldsWay::Whole),
             }
             if let (
                 Routing::Partitioned {
@@ -662,17 +665,12 @@ impl Task {
             ) = (self.routing, &key)
                 && partition_for(key, partitions) != partition
             {
-                return Ok(whole());
+                return Ok(FieldsWay::Whole);
             }
         }
-        let fields: SmallVec<[Option<Value>; 8]> = self.nodes[node]
-            .operator
-            .reads()
-            .unwrap_or_default()
-            .iter()
-            .map(|pointer| json::pointer_get(pointer, &document).map(json::to_owned))
+        let fields: SmallVec<[Option<&Value>; 8]> = (usize::from(path.keyed)..projection.len())
+            .map(|pointer| values[projection.slot(pointer)].as_ref())
             .collect();
-        let fields: SmallVec<[Option<&Value>; 8]> = fields.iter().map(Option::as_ref).collect();
         self.advance_event_time(timestamp);
         self.last_record = Some((self.clocks.processing, self.clocks.event));
         self.run_operator(topology, node, input, Some(origin), out, |operator, ctx| {
