@@ -6,7 +6,10 @@
 //! to 100 ids; in the others 50 posts repeat. The `json_bytes_*` cases
 //! take the events as the runtime does, a field at a time
 //! (`process_source_bytes`); their `_whole` twins decode each event whole
-//! first, as before.
+//! first, as before. `json_bytes_rekeyed` has the fold re-key events keyed
+//! by their post (`key_by`), for the task of partition 0 of 4: three in
+//! four go to the repartition topic, so read a field at a time they are
+//! parsed twice.
 //!
 //! `cargo bench --bench fold`
 
@@ -74,12 +77,32 @@ fn events(new_posts: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
         .collect()
 }
 
+/// The events keyed by their post, not their account: a source the fold
+/// re-keys (`key_by: /account_id`), three in four of whose records belong
+/// to another partition's task of four and go to the repartition topic.
+fn keyed_by_post(events: &[(Vec<u8>, Vec<u8>)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    events
+        .iter()
+        .map(|(_, payload)| {
+            let value = json_format::decode(payload).unwrap();
+            (
+                value["post_id"].as_str().unwrap().as_bytes().to_vec(),
+                payload.clone(),
+            )
+        })
+        .collect()
+}
+
 fn task(topology: &Arc<Topology>) -> Task {
+    routed_task(topology, Routing::Direct)
+}
+
+fn routed_task(topology: &Arc<Topology>, routing: Routing) -> Task {
     let stores = topology.stores().count();
     let mut task = Task::new(
         Arc::clone(topology),
         Box::new(MemoryBackend::new(stores)),
-        Routing::Direct,
+        routing,
     )
     .unwrap();
     task.start(None).unwrap();
@@ -144,6 +167,19 @@ fn run(task: &mut Task, events: &[(Vec<u8>, Vec<u8>)], feed: Feed<'_>) -> usize 
 fn fold(c: &mut Criterion) {
     let topology = Arc::new(topology::load_str("bench.yaml", TOPOLOGY, &|_| None).unwrap());
     let codecs = Codecs::offline(&topology).unwrap();
+    let rekeyed_topology = Arc::new(
+        topology::load_str(
+            "bench.yaml",
+            &TOPOLOGY.replace("key_field: account_id", "key_by: /account_id"),
+            &|_| None,
+        )
+        .unwrap(),
+    );
+    let rekeyed_codecs = Codecs::offline(&rekeyed_topology).unwrap();
+    let partitioned = Routing::Partitioned {
+        partition: 0,
+        partitions: 4,
+    };
     let new_posts = events(true);
     let events = events(false);
     let decoded: Vec<serde_json::Value> = events
@@ -185,6 +221,21 @@ fn fold(c: &mut Criterion) {
         b.iter_batched(
             || task(&topology),
             |mut task| black_box(run(&mut task, &new_posts, Feed::Whole)),
+            BatchSize::PerIteration,
+        )
+    });
+    let rekeyed = keyed_by_post(&events);
+    group.bench_function("json_bytes_rekeyed", |b| {
+        b.iter_batched(
+            || routed_task(&rekeyed_topology, partitioned),
+            |mut task| black_box(run(&mut task, &rekeyed, Feed::AsRead(&rekeyed_codecs))),
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("json_bytes_rekeyed_whole", |b| {
+        b.iter_batched(
+            || routed_task(&rekeyed_topology, partitioned),
+            |mut task| black_box(run(&mut task, &rekeyed, Feed::Whole)),
             BatchSize::PerIteration,
         )
     });

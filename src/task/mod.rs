@@ -189,7 +189,27 @@ struct FieldPath {
     /// The node's `key_by` pointer, if any, then the pointers it reads.
     projection: json::Projection,
     keyed: bool,
+    /// How many of the latest records read this way were bound for
+    /// another partition's task, in 1,024ths (a moving average). Such a
+    /// record is parsed twice, so above [`ELSEWHERE_LIMIT`] records are
+    /// taken whole, all but one in [`ELSEWHERE_PROBE`], which keeps the
+    /// average current.
+    elsewhere: u16,
+    skipped: u16,
+    /// Records whose fields were read (taken or not), for tests to see
+    /// which way was taken.
+    #[cfg(test)]
+    read: usize,
 }
+
+/// The share of records bound elsewhere, in 1,024ths, above which reading
+/// a field at a time costs more than it saves (BENCHMARKS.md, "Only those
+/// fields built, in one pass": a record bound elsewhere costs about three
+/// times what a local one saves).
+const ELSEWHERE_LIMIT: u16 = 200;
+/// While above the limit, one record in this many is still read a field
+/// at a time.
+const ELSEWHERE_PROBE: u16 = 16;
 
 /// The topology over one partition number.
 pub struct Task {
@@ -396,6 +416,10 @@ impl Task {
                         input: *input,
                         projection: json::Projection::new(&pointers)?,
                         keyed: key_by.is_some(),
+                        elsewhere: 0,
+                        skipped: 0,
+                        #[cfg(test)]
+                        read: 0,
                     })
                 }
                 _ => None,
@@ -632,13 +656,25 @@ impl Task {
         timestamp: Timestamp,
         out: &mut Vec<Output>,
     ) -> Result<FieldsWay, TaskError> {
-        let Some(path) = &self.field_paths[source] else {
+        let Some(path) = &mut self.field_paths[source] else {
             return Ok(FieldsWay::Whole);
         };
-        let (node, input, projection) = (path.node, path.input, &path.projection);
+        if path.elsewhere > ELSEWHERE_LIMIT {
+            path.skipped += 1;
+            if path.skipped < ELSEWHERE_PROBE {
+                return Ok(FieldsWay::Whole);
+            }
+            path.skipped = 0;
+        }
         let Some(keyless) = codecs.plain_json_keyless(source) else {
             return Ok(FieldsWay::Whole);
         };
+        #[cfg(test)]
+        {
+            path.read += 1;
+        }
+        let path = &*path;
+        let (node, input, projection) = (path.node, path.input, &path.projection);
         let Some(values) = origin.payload.and_then(|payload| projection.read(payload)) else {
             return Ok(FieldsWay::Whole);
         };
@@ -649,7 +685,7 @@ impl Task {
         let mut key: Option<Cow<'_, [u8]>> = read_key.map(Cow::Borrowed);
         // As `deliver_one` re-keys and routes a record. A record without
         // its key, or bound for another partition's task, is taken whole:
-        // parsed again, which is rare.
+        // parsed again.
         if path.keyed {
             match values[projection.slot(0)].as_ref().filter(|v| !v.is_null()) {
                 Some(Value::String(text)) if key.as_deref() == Some(text.as_bytes()) => {}
@@ -665,12 +701,17 @@ impl Task {
             ) = (self.routing, &key)
                 && partition_for(key, partitions) != partition
             {
+                self.note_elsewhere(source, true);
                 return Ok(FieldsWay::Whole);
             }
         }
-        let fields: SmallVec<[Option<&Value>; 8]> = (usize::from(path.keyed)..projection.len())
+        let keyed = path.keyed;
+        let fields: SmallVec<[Option<&Value>; 8]> = (usize::from(keyed)..projection.len())
             .map(|pointer| values[projection.slot(pointer)].as_ref())
             .collect();
+        if keyed {
+            self.note_elsewhere(source, false);
+        }
         self.advance_event_time(timestamp);
         self.last_record = Some((self.clocks.processing, self.clocks.event));
         self.run_operator(topology, node, input, Some(origin), out, |operator, ctx| {
@@ -682,6 +723,26 @@ impl Task {
             self.fields_taken += 1;
         }
         Ok(FieldsWay::Taken)
+    }
+
+    /// Moves source `source`'s average of records bound elsewhere
+    /// ([`FieldPath::elsewhere`]) by one record.
+    /// Above the limit only probes are counted, so each weighs more: a
+    /// source whose records turn local is read a field at a time again
+    /// after about six probes.
+    fn note_elsewhere(&mut self, source: usize, elsewhere: bool) {
+        if let Some(path) = &mut self.field_paths[source] {
+            let shift = if path.elsewhere > ELSEWHERE_LIMIT {
+                2
+            } else {
+                4
+            };
+            if elsewhere {
+                path.elsewhere += (1024 - path.elsewhere) >> shift;
+            } else {
+                path.elsewhere -= path.elsewhere >> shift;
+            }
+        }
     }
 
     fn source_record(
@@ -1368,6 +1429,48 @@ sinks:
     /// The social-metrics event is taken a field at a time, and sources
     /// that cannot be are decoded whole: one feeding two nodes, one with a
     /// timestamp field, one whose only node takes whole records.
+    /// A source whose records are mostly bound for other partitions' tasks
+    /// is taken whole but for a probe one record in [`ELSEWHERE_PROBE`];
+    /// when its records turn local again, it is read a field at a time
+    /// again. Both ways emit the same outputs throughout.
+    #[test]
+    fn a_source_mostly_bound_elsewhere_is_taken_whole() {
+        let routing = Routing::Partitioned {
+            partition: 0,
+            partitions: 4,
+        };
+        let (mut whole, mut fields, codecs) = twin_tasks(EVERY_RULE, routing);
+        let record = |k: String| {
+            let event = format!(r#"{{"k":"{k}","a":"x","n":{{"x":1}}}}"#);
+            (Some(b"unrelated".to_vec()), Some(event.into_bytes()))
+        };
+        let keys = |local: bool| {
+            (0..)
+                .map(|i| format!("key_{i}"))
+                .filter(move |k| (partition_for(k.as_bytes(), 4) == 0) == local)
+        };
+        let elsewhere: Vec<Wire> = keys(false).take(400).map(record).collect();
+        same_both_ways(&mut whole, &mut fields, &codecs, &elsewhere);
+        // The average passes the limit after four records bound elsewhere
+        // (each read a field at a time); after that only the probes are.
+        assert_eq!(fields.fields_taken, 0);
+        let path = fields.field_paths[0].as_ref().unwrap();
+        assert_eq!(path.read, 4 + (400 - 4) / ELSEWHERE_PROBE as usize);
+        assert!(path.elsewhere > ELSEWHERE_LIMIT);
+
+        let local: Vec<Wire> = keys(true).take(400).map(record).collect();
+        same_both_ways(&mut whole, &mut fields, &codecs, &local);
+        let path = fields.field_paths[0].as_ref().unwrap();
+        assert!(path.elsewhere <= ELSEWHERE_LIMIT);
+        // Local probes bring the average down; from then on every record
+        // is read a field at a time.
+        assert!(
+            fields.fields_taken > 300,
+            "{} of 400 local records read a field at a time",
+            fields.fields_taken
+        );
+    }
+
     #[test]
     fn which_records_are_taken_a_field_at_a_time() {
         let event = br#"{"k":"a","a":"x","o":{"m1":1},"n":{"x":2},"arr":[0,5]}"#;
