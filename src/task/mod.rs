@@ -195,6 +195,7 @@ struct FieldPath {
     /// taken whole, all but one in [`ELSEWHERE_PROBE`], which keeps the
     /// average current.
     elsewhere: u16,
+    /// Records taken whole unread since the last probe.
     skipped: u16,
     /// Records whose fields were read (taken or not), for tests to see
     /// which way was taken.
@@ -282,7 +283,8 @@ impl Records<'_> {
     /// exactly as [`Records::process_source`] would (a value that is not
     /// JSON, a missing `key_by` field, a record bound for another
     /// partition's task) is taken whole, so the two ways differ in cost
-    /// only.
+    /// only. A source most of whose records are bound for other tasks is
+    /// taken whole from the start, as that costs less ([`FieldPath`]).
     pub fn process_source_bytes(
         &mut self,
         source: usize,
@@ -727,6 +729,7 @@ impl Task {
 
     /// Moves source `source`'s average of records bound elsewhere
     /// ([`FieldPath::elsewhere`]) by one record.
+    ///
     /// Above the limit only probes are counted, so each weighs more: a
     /// source whose records turn local is read a field at a time again
     /// after about six probes.
