@@ -224,15 +224,7 @@ impl JsonPointer {
 
     /// The value the pointer designates, if present.
     pub(crate) fn get<'v>(&self, value: &'v Value) -> Option<&'v Value> {
-        let mut current = value;
-        for token in &self.tokens {
-            current = match current {
-                Value::Object(map) => map.get(token.as_str())?,
-                Value::Array(items) => items.get(token.parse::<usize>().ok()?)?,
-                _ => return None,
-            };
-        }
-        Some(current)
+        get_by_tokens(value, &self.tokens)
     }
 
     /// The reference tokens, unescaped: the object member names or array
@@ -246,6 +238,21 @@ impl JsonPointer {
     pub(crate) fn last_token(&self) -> Option<&str> {
         self.tokens.last().map(String::as_str)
     }
+}
+
+/// What the reference tokens `tokens` (unescaped, as
+/// [`JsonPointer::tokens`] gives them) designate in `value`, if present:
+/// [`JsonPointer::get`] for a pointer's tail.
+pub(crate) fn get_by_tokens<'v>(value: &'v Value, tokens: &[String]) -> Option<&'v Value> {
+    let mut current = value;
+    for token in tokens {
+        current = match current {
+            Value::Object(map) => map.get(token.as_str())?,
+            Value::Array(items) => items.get(token.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(current)
 }
 
 impl fmt::Debug for JsonPointer {

@@ -9,7 +9,7 @@ use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, SeqA
 use serde_json::Value;
 use smallvec::SmallVec;
 
-use crate::config::types::JsonPointer;
+use crate::config::types::{JsonPointer, get_by_tokens};
 use crate::record::Timestamp;
 
 /// Parses a record value. The error says what is wrong and where, for the
@@ -148,7 +148,7 @@ impl Projection {
         for (slot, ancestor, tokens) in &self.within {
             values[*slot] = values[*ancestor]
                 .as_ref()
-                .and_then(|value| get(value, tokens))
+                .and_then(|value| get_by_tokens(value, tokens))
                 .cloned();
         }
         Some(values)
@@ -163,19 +163,6 @@ impl Projection {
     pub(crate) fn slot(&self, pointer: usize) -> usize {
         self.slots[pointer]
     }
-}
-
-/// [`JsonPointer::get`] from a value, by tokens.
-fn get<'v>(value: &'v Value, tokens: &[String]) -> Option<&'v Value> {
-    let mut current = value;
-    for token in tokens {
-        current = match current {
-            Value::Object(map) => map.get(token.as_str())?,
-            Value::Array(items) => items.get(token.parse::<usize>().ok()?)?,
-            _ => return None,
-        };
-    }
-    Some(current)
 }
 
 /// A [`Visitor`]'s `expecting` and its visits of JSON's scalars, for
