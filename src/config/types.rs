@@ -248,11 +248,22 @@ pub(crate) fn get_by_tokens<'v>(value: &'v Value, tokens: &[String]) -> Option<&
     for token in tokens {
         current = match current {
             Value::Object(map) => map.get(token.as_str())?,
-            Value::Array(items) => items.get(token.parse::<usize>().ok()?)?,
+            Value::Array(items) => items.get(array_index(token)?)?,
             _ => return None,
         };
     }
     Some(current)
+}
+
+/// The array index `token` writes, if it writes one: `0`, or digits
+/// without a leading zero (RFC 6901, section 4, as serde_json's
+/// `Value::pointer` reads it). `01` or `+1` index nothing.
+pub(crate) fn array_index(token: &str) -> Option<usize> {
+    let digits = token.bytes().all(|b| b.is_ascii_digit());
+    if !digits || token.is_empty() || (token.len() > 1 && token.starts_with('0')) {
+        return None;
+    }
+    token.parse().ok()
 }
 
 impl fmt::Debug for JsonPointer {
@@ -395,6 +406,28 @@ mod tests {
                 .unwrap_err()
                 .contains("write `/account_id`")
         );
+    }
+
+    /// RFC 6901 writes an array index as `0` or digits without a leading
+    /// zero; serde_json's `Value::pointer` reads them so too. `+1`, `01`
+    /// and ` 1` index nothing, though they still name an object's members.
+    #[test]
+    fn array_indexes_are_written_one_way() {
+        let value = json!({"a": [10, 20], "o": {"01": "zero-one", "+1": "plus-one"}});
+        let get = |text: &str| JsonPointer::parse(text).unwrap().get(&value).cloned();
+        assert_eq!(get("/a/0"), Some(json!(10)));
+        assert_eq!(get("/a/1"), Some(json!(20)));
+        for text in [
+            "/a/01", "/a/+1", "/a/00", "/a/ 1", "/a/1 ", "/a/-1", "/a/-", "/a/",
+        ] {
+            assert_eq!(get(text), None, "{text}");
+        }
+        assert_eq!(get("/o/01"), Some(json!("zero-one")));
+        assert_eq!(get("/o/+1"), Some(json!("plus-one")));
+        // As serde_json reads them.
+        for text in ["/a/0", "/a/1", "/a/01", "/a/+1", "/a/00", "/o/01"] {
+            assert_eq!(get(text).as_ref(), value.pointer(text), "{text}");
+        }
     }
 
     #[test]

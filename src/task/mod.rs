@@ -416,7 +416,7 @@ impl Task {
                     Some(FieldPath {
                         node: *node,
                         input: *input,
-                        projection: json::Projection::new(&pointers)?,
+                        projection: json::Projection::new(&pointers),
                         keyed: key_by.is_some(),
                         elsewhere: 0,
                         skipped: 0,
