@@ -1429,9 +1429,6 @@ sinks:
         }
     }
 
-    /// The social-metrics event is taken a field at a time, and sources
-    /// that cannot be are decoded whole: one feeding two nodes, one with a
-    /// timestamp field, one whose only node takes whole records.
     /// A source whose records are mostly bound for other partitions' tasks
     /// is taken whole but for a probe one record in [`ELSEWHERE_PROBE`];
     /// when its records turn local again, it is read a field at a time
@@ -1474,6 +1471,9 @@ sinks:
         );
     }
 
+    /// The social-metrics event is taken a field at a time, and sources
+    /// that cannot be are decoded whole: one feeding two nodes, one with a
+    /// timestamp field, one whose only node takes whole records.
     #[test]
     fn which_records_are_taken_a_field_at_a_time() {
         let event = br#"{"k":"a","a":"x","o":{"m1":1},"n":{"x":2},"arr":[0,5]}"#;
