@@ -387,7 +387,7 @@ fn streamfold_run(
     config.args.extend_from_slice(run_args);
     let state = config.state_dir.clone();
     // The broker's CPU over the run, when it is this bench's own nisshi.
-    let broker_pid = broker().pid();
+    let broker_pid = Some(broker().pid());
     let broker_cpu = broker_pid.map(cpu_seconds);
     let apps: Vec<App> = (0..instances)
         .map(|i| {

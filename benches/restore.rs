@@ -348,7 +348,7 @@ struct Run {
 fn restore_run(scenario: &Scenario, live: &Path, dir: &Path, run: usize) -> Run {
     let load = load_average();
     let state = dir.join(format!("restore-{run}"));
-    let broker = broker().pid();
+    let broker = Some(broker().pid());
     let broker_before = broker.map_or(0.0, cpu_seconds);
     let app = App::start(&scenario.config(state.clone(), "restorer"), dir);
     // A task starts once every changelog partition of it was read to its

@@ -6,7 +6,11 @@
 #
 #   --dir DIR              the node's directory: server.properties, data/,
 #                          server.log (created; reused on a restart)
-#   --port PORT            the client listener, 127.0.0.1:PORT
+#   --port PORT            the client listener, HOST:PORT
+#   --host HOST            the address it listens on and advertises
+#                          (default 127.0.0.1; a local address other
+#                          processes reach, e.g. a veth's for a network
+#                          namespace); the controller stays on 127.0.0.1
 #   --controller-port P    the controller listener (default: PORT + 1)
 #   --node-id N            (default 1)
 #   --voters LIST          the controller quorum, `1@127.0.0.1:P1,2@...`
@@ -28,12 +32,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-dir= port= controller_port= node_id=1 voters= replication=1 cluster_id=
+dir= port= host=127.0.0.1 controller_port= node_id=1 voters= replication=1 cluster_id=
 configs=() listeners=() format_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
+    --host) host=$2; shift 2 ;;
     --controller-port) controller_port=$2; shift 2 ;;
     --node-id) node_id=$2; shift 2 ;;
     --voters) voters=$2; shift 2 ;;
@@ -61,8 +66,8 @@ cat >"$dir/server.properties" <<PROPERTIES
 process.roles=broker,controller
 node.id=$node_id
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port$extra_listeners
-advertised.listeners=PLAINTEXT://127.0.0.1:$port$extra_listeners
+listeners=PLAINTEXT://$host:$port,CONTROLLER://127.0.0.1:$controller_port$extra_listeners
+advertised.listeners=PLAINTEXT://$host:$port$extra_listeners
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT

@@ -2,9 +2,9 @@
 # Quickstart: a local broker, the social-metrics topology, and its folded
 # output.
 #
-# Installs what is missing (system packages, the test broker nisshi),
-# builds streamfold, starts a broker on 127.0.0.1:19092 (unless
-# KAFKA_BOOTSTRAP_SERVERS points elsewhere), produces the article's six
+# Installs what is missing (system packages, Apache Kafka from Maven
+# Central), builds streamfold, starts a one-node Kafka on 127.0.0.1:19092
+# (unless KAFKA_BOOTSTRAP_SERVERS points elsewhere), produces the article's six
 # post-metric events and a burst of 200,000 more over 1,000 accounts,
 # runs `streamfold run topologies/social-metrics.yaml`, and shows the
 # folded events and the folding ratio. Everything it starts is stopped when
@@ -29,32 +29,32 @@ step "Installing what is missing"
 scripts/install-deps.sh
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
-step "Building streamfold"
+step "Building streamfold (the first build compiles RocksDB and librdkafka: 10-20 minutes on 2 cores)"
 cargo build --locked --bin streamfold --bin streamfold-loadgen
 target="${CARGO_TARGET_DIR:-target}"
 streamfold="$target/debug/streamfold"
 loadgen="$target/debug/streamfold-loadgen"
 
 if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
-  scripts/install-nisshi.sh
+  step "Installing Apache Kafka (once; its jars from Maven Central)"
+  scripts/install-kafka.sh >/dev/null
   export KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:19092
-  step "Starting a local broker (nisshi) on $KAFKA_BOOTSTRAP_SERVERS"
-  nisshi broker --listener-url "tcp://$KAFKA_BOOTSTRAP_SERVERS" \
-    --advertised-listener-url "tcp://$KAFKA_BOOTSTRAP_SERVERS" \
-    --storage-engine memory://nisshi/ --group-initial-rebalance-delay 0s --silent \
-    >"$workdir/broker.log" 2>&1 &
+  step "Starting Apache Kafka (one node, KRaft) on $KAFKA_BOOTSTRAP_SERVERS"
+  scripts/kafka-broker.sh --dir "$workdir/kafka" --port 19092 >"$workdir/kafka.out" 2>&1 &
   pids+=($!)
   broker_up=""
-  for _ in $(seq 1 300); do
-    if (exec 3<>"/dev/tcp/${KAFKA_BOOTSTRAP_SERVERS%:*}/${KAFKA_BOOTSTRAP_SERVERS#*:}") 2>/dev/null; then
+  for _ in $(seq 1 1200); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/19092") 2>/dev/null; then
       broker_up=1
       break
     fi
+    kill -0 "${pids[-1]}" 2>/dev/null || break
     sleep 0.1
   done
   if [ -z "$broker_up" ]; then
-    echo "the broker did not listen on $KAFKA_BOOTSTRAP_SERVERS within 30s:" >&2
-    cat "$workdir/broker.log" >&2
+    echo "Kafka did not start on $KAFKA_BOOTSTRAP_SERVERS:" >&2
+    cat "$workdir/kafka.out" >&2
+    tail -n 40 "$workdir/kafka/server.log" >&2 2>/dev/null || true
     exit 1
   fi
 fi

@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
 # The one test command. Installs what the tests need when it is missing
-# (system packages, the test broker nisshi 0.7.0), then runs every test:
+# (system packages; Apache Kafka from Maven Central), then runs every test:
 # unit tests, golden cases, property tests, offline topology cases, the
-# integration tests against a broker started per test binary, and the
+# integration, exactly-once and chaos tests against Apache Kafka (each test
+# binary starts its own brokers, see tests/support/broker.rs), and the
 # benchmarks in test mode.
 #
-# STREAMFOLD_TEST_BOOTSTRAP=host:port runs the integration tests against that
-# broker instead (e.g. Apache Kafka from docker/compose.yaml), with strict
-# exactly-once checks.
+# The integration tests drive the binary's fault hooks, so it is built with
+# the `fault-injection` feature here; a release build has none of them.
+# Arguments go to `cargo test` (e.g. `scripts/test.sh --test chaos`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
-if [ -z "${STREAMFOLD_TEST_BOOTSTRAP:-}" ]; then
-  scripts/install-nisshi.sh
-  export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
-fi
+scripts/install-kafka.sh >/dev/null
 
-cargo test --all-targets --locked "$@"
+cargo test --all-targets --locked --features fault-injection "$@"

@@ -73,17 +73,20 @@ enum Command {
         property: Vec<(String, String)>,
         /// Testing aid: stamp every produced record with the header
         /// `streamfold.txn: <run id>:<transaction>`.
+        #[cfg(feature = "fault-injection")]
         #[arg(long, hide = true)]
         txn_header: bool,
         /// Testing aid: append `begin`, `committed` and `aborted <run
         /// id>:<transaction>` lines to this file, synced before the
         /// transaction sends anything and after it commits (implies
         /// `--txn-header`).
+        #[cfg(feature = "fault-injection")]
         #[arg(long, hide = true)]
         txn_journal: Option<PathBuf>,
         /// Testing aid: inject faults into the commit cycle (and startup),
         /// `<point>:<abort|kill|freeze|rewind|offsetless>[@n]`, repeated or comma-separated (points:
         /// begin, batch, sent, offsets, commit, acked, committed, restore, timers, prepare).
+        #[cfg(feature = "fault-injection")]
         #[arg(long, hide = true, value_delimiter = ',')]
         inject_fault: Vec<streamfold::runtime::commit::Fault>,
     },
@@ -248,8 +251,11 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             query_addr,
             query_advertised_addr,
             property,
+            #[cfg(feature = "fault-injection")]
             txn_header,
+            #[cfg(feature = "fault-injection")]
             txn_journal,
+            #[cfg(feature = "fault-injection")]
             inject_fault,
         } => {
             let Some(t) = load(&topology) else {
@@ -268,11 +274,14 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 state_dir,
                 threads: threads.map(usize::from),
                 properties: property,
+                #[cfg(feature = "fault-injection")]
                 hooks: streamfold::runtime::commit::TestHooks {
                     stamp: txn_header,
                     journal: txn_journal,
                     faults: inject_fault,
                 },
+                #[cfg(not(feature = "fault-injection"))]
+                hooks: streamfold::runtime::commit::TestHooks::default(),
                 metrics_addr,
                 query_addr,
                 query_advertised_addr,

@@ -122,9 +122,7 @@ fn a_hundred_thousand_overdue_folds_fire_in_bounded_rounds_after_a_restart() {
         per_account.values().all(|n| *n == 1),
         "each fold came out once"
     );
-    if broker().strict {
-        assert_eq!(excused, 0);
-    }
+    assert_eq!(excused, 0);
     // Bounded rounds: at most 10,000 timers per task and punctuation, a
     // commit after each, so the restart's firing took at least five
     // transactions (two tasks).

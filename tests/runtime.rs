@@ -217,12 +217,10 @@ fn assert_only_uncommitted_duplicates(
         assert_eq!(content(committed[0]), expected[&account], "{account}");
         excused += extra.len();
     }
-    if broker().strict {
-        assert_eq!(
-            excused, 0,
-            "a broker that hides aborted transactions shows none of their records"
-        );
-    }
+    assert_eq!(
+        excused, 0,
+        "a broker that hides aborted transactions shows none of their records"
+    );
     excused
 }
 
@@ -1264,10 +1262,6 @@ fn an_offset_query_answered_after_a_seek_does_not_move_the_consumer() {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::{Message, Offset, TopicPartitionList};
     let _serial = serial();
-    if !broker().owned() {
-        eprintln!("skipped: the broker at STREAMFOLD_TEST_BOOTSTRAP is not this test's to freeze");
-        return;
-    }
     let names = Names::new("outdated-query");
     create_topic(&names.source, 1);
     let producer = TestProducer::new();
@@ -1340,10 +1334,6 @@ fn an_offset_query_answered_after_a_seek_does_not_move_the_consumer() {
 fn a_producer_waiting_for_a_frozen_broker_to_acknowledge_uses_no_cpu() {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let _serial = serial();
-    if !broker().owned() {
-        eprintln!("skipped: the broker at STREAMFOLD_TEST_BOOTSTRAP is not this test's to freeze");
-        return;
-    }
     let names = Names::new("frozen-producer");
     create_topic(&names.source, 1);
     let me = std::process::id();
@@ -1418,10 +1408,6 @@ fn a_producer_waiting_for_a_frozen_broker_to_acknowledge_uses_no_cpu() {
 #[test]
 fn a_commit_waiting_on_a_frozen_broker_uses_no_cpu_and_loses_nothing() {
     let _serial = serial();
-    if !broker().owned() {
-        eprintln!("skipped: the broker at STREAMFOLD_TEST_BOOTSTRAP is not this test's to freeze");
-        return;
-    }
     let names = Names::new("frozen");
     let accounts = 200;
     let total = accounts * PER_ACCOUNT;

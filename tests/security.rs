@@ -1,6 +1,5 @@
-//! Against a broker that accepts only SASL/SCRAM-SHA-512 over TLS (nisshi
-//! 0.7.0 with `--authentication --cert --key`, see
-//! `support::secure_broker`): the social-metrics topology, given its
+//! Against a broker that accepts only SASL/SCRAM-SHA-512 over TLS (Apache
+//! Kafka with a SASL_SSL listener, see `support::secure_broker`): the social-metrics topology, given its
 //! credentials through `${VAR}` in a `kafka.security` section, processes
 //! every record exactly once; `dlq replay` and the load generator connect
 //! with the same settings; a wrong password or an untrusted certificate
@@ -20,17 +19,6 @@ use support::*;
 /// Accounts in the end-to-end run, and events per account.
 const ACCOUNTS: u64 = 20;
 const PER_ACCOUNT: u64 = 15;
-
-/// The secured broker, or `None` when this machine cannot start one: the
-/// other tests then run against an external broker
-/// (`STREAMFOLD_TEST_BOOTSTRAP`) and nisshi was not installed.
-fn broker() -> Option<&'static SecureBroker> {
-    if std::env::var_os("STREAMFOLD_TEST_BOOTSTRAP").is_some() && !nisshi_available() {
-        eprintln!("skipped: the SASL/TLS tests need nisshi 0.7.0 (scripts/install-nisshi.sh)");
-        return None;
-    }
-    Some(secure_broker())
-}
 
 /// Names of one test's topics and application.
 struct Names {
@@ -118,7 +106,7 @@ fn assert_no_password(what: &str, haystack: &str, password: &str) {
 #[test]
 fn a_topology_runs_over_sasl_scram_and_tls_exactly_once_and_never_shows_the_password() {
     let _serial = serial();
-    let Some(broker) = broker() else { return };
+    let broker = secure_broker();
     let names = Names::new("secured");
     let dir = temp_dir();
     let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
@@ -254,7 +242,7 @@ fn a_topology_runs_over_sasl_scram_and_tls_exactly_once_and_never_shows_the_pass
 #[test]
 fn a_wrong_password_stops_run_at_once_with_an_authentication_error() {
     let _serial = serial();
-    let Some(broker) = broker() else { return };
+    let broker = secure_broker();
     let names = Names::new("wrong-password");
     let dir = temp_dir();
     let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
@@ -284,7 +272,7 @@ fn a_wrong_password_stops_run_at_once_with_an_authentication_error() {
 #[test]
 fn an_untrusted_broker_certificate_stops_run_at_once_naming_the_verification_failure() {
     let _serial = serial();
-    let Some(broker) = broker() else { return };
+    let broker = secure_broker();
     let names = Names::new("untrusted");
     let dir = temp_dir();
     let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
@@ -310,7 +298,7 @@ fn an_untrusted_broker_certificate_stops_run_at_once_naming_the_verification_fai
 #[test]
 fn the_load_generator_takes_the_topology_settings_or_x_properties() {
     let _serial = serial();
-    let Some(broker) = broker() else { return };
+    let broker = secure_broker();
     let names = Names::new("loadgen");
     let dir = temp_dir();
     let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
