@@ -100,7 +100,6 @@ fn a_broker_down_for_three_minutes_with_transactions_open_is_waited_out() {
                 producer.send_json(&source, &key, &value);
                 std::thread::sleep(Duration::from_millis(5));
             }
-            producer.flush();
         })
     };
     std::thread::sleep(Duration::from_secs(5));
@@ -113,6 +112,7 @@ fn a_broker_down_for_three_minutes_with_transactions_open_is_waited_out() {
     }
     node.start_again(1);
     feeding.join().unwrap();
+    producer.flush();
     let end = producer.ends(&source, 4);
     wait_committed_to(&app, &name, &source, &end, Duration::from_secs(300));
     let mut follower = Follower::new(&folded, 4);

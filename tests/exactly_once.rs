@@ -736,10 +736,22 @@ dead_letter: {{ topic: {app}-dlq }}
             .into_iter()
             .map(|r| (r.key.clone().unwrap_or_default(), r.json()["n"].clone()))
             .collect();
-        assert_eq!(
-            committed,
-            vec![("a".to_string(), json!(5)), ("b".to_string(), json!(1))],
-            "{guarantee}: one fold per key, as without the abort"
-        );
+        // Under at-least-once the aborted cycle's outputs stay (the
+        // documented duplicates): they must be the same folds.
+        let mut distinct = committed.clone();
+        distinct.sort_by(|a, b| a.0.cmp(&b.0));
+        distinct.dedup();
+        let want = vec![("a".to_string(), json!(5)), ("b".to_string(), json!(1))];
+        if guarantee == "exactly_once" {
+            assert_eq!(
+                committed, want,
+                "{guarantee}: one fold per key, as without the abort"
+            );
+        } else {
+            assert_eq!(
+                distinct, want,
+                "{guarantee}: the same folds as without the abort"
+            );
+        }
     }
 }

@@ -18,6 +18,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::RuntimeError;
+use crate::task::limits::{Acceptance, TopicLimits};
 use crate::telemetry;
 use crate::topology::{InternalKind, Topology};
 
@@ -38,10 +39,9 @@ const PREPARE_PATIENCE: Duration = Duration::from_secs(60);
 pub(crate) struct Layout {
     /// Partitions of every source (and so the number of tasks).
     pub(crate) partitions: i32,
-    /// `max.message.bytes` of the topics the topology writes (sinks,
-    /// changelogs, repartition and dead-letter topics), where the cluster
-    /// reports it.
-    pub(crate) max_message_bytes: HashMap<String, usize>,
+    /// What the topics the topology writes (sinks, changelogs, repartition
+    /// and dead-letter topics) accept, where the cluster reports it.
+    pub(crate) topic_limits: TopicLimits,
 }
 
 struct Creation {
@@ -348,35 +348,38 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
     written.sort();
     written.dedup();
     // Without the topics' limits only the producer's applies; a broker
-    // refusal then still ends in a dead letter (see `limits`).
-    let max_message_bytes = max_message_bytes(&admin, &written).unwrap_or_else(|error| {
-        tracing::warn!(%error, "Cannot read the output topics' max.message.bytes; checking records against the producer's message.max.bytes only.");
-        HashMap::new()
+    // refusal for size then still ends in a dead letter (see `limits`).
+    let topic_limits = topic_limits(&admin, &written).unwrap_or_else(|error| {
+        tracing::warn!(%error, "Cannot read the output topics' configuration; checking records against the producer's message.max.bytes only.");
+        TopicLimits::default()
     });
     Ok(Layout {
         partitions,
-        max_message_bytes,
+        topic_limits,
     })
 }
 
-/// The `max.message.bytes` of `topics` that the cluster reports (Apache
-/// Kafka reports every topic's, defaults included; nisshi 0.7.0 only
-/// those set explicitly). The runtime measures records against them, so
-/// a record too large for its topic becomes a dead letter instead of
-/// failing the transaction.
-fn max_message_bytes(
+/// What `topics` accept, as the cluster reports their configuration:
+/// `max.message.bytes`, compaction and timestamp limits. The runtime
+/// checks records against them, so a record the broker would refuse for
+/// good becomes a dead letter instead of failing the transaction, and its
+/// replay, again and again.
+fn topic_limits(
     admin: &AdminClient<DefaultClientContext>,
     topics: &[String],
-) -> Result<HashMap<String, usize>, RuntimeError> {
-    let limits: HashMap<String, usize> = describe_topics(admin, topics)?
-        .into_iter()
-        .filter_map(|(topic, configs)| {
-            let bytes = configs.get("max.message.bytes")?.trim().parse().ok()?;
-            Some((topic, bytes))
-        })
-        .collect();
-    for (topic, bytes) in &limits {
-        tracing::debug!(topic, bytes, "Topic record size limit.");
+) -> Result<TopicLimits, RuntimeError> {
+    let mut limits = TopicLimits::default();
+    for (topic, configs) in describe_topics(admin, topics)? {
+        if let Some(bytes) = configs
+            .get("max.message.bytes")
+            .and_then(|b| b.trim().parse().ok())
+        {
+            tracing::debug!(topic, bytes, "Topic record size limit.");
+            limits.max_message_bytes.insert(topic.clone(), bytes);
+        }
+        limits
+            .acceptance
+            .insert(topic, Acceptance::from_configs(&configs));
     }
     Ok(limits)
 }

@@ -36,7 +36,8 @@ use super::admin::Layout;
 use super::batch::{self, BATCH, Input, InputKind, Polled, Scratch, Shared};
 use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, GAUGES, Positions};
 use super::commit::{
-    CommitCycle, CommitError, CycleTask, FaultPoint, Faults, Produce, TaskCursor, Transactions,
+    CommitCycle, CommitError, CycleTask, FaultPoint, Faults, Produce, Refusal, TaskCursor,
+    Transactions,
 };
 use super::config::{self, RunOptions};
 use super::fetch::TaskQueue;
@@ -100,6 +101,26 @@ pub fn run(
     result
 }
 
+/// Aborts in a row, without a commit between them, after which each one
+/// is logged as an error: something keeps failing every transaction.
+const ABORTS_BEFORE_ERROR: u32 = 5;
+
+/// The longest pause before a transaction is tried again.
+const LONGEST_ABORT_PAUSE: Duration = Duration::from_secs(30);
+
+/// The pause after the `n`th abort in a row: none after the first (an
+/// abort is usually a one-off), then 100 ms, doubling up to
+/// [`LONGEST_ABORT_PAUSE`], so a failure that repeats costs the broker and
+/// the machine little while it lasts.
+fn abort_backoff(n: u32) -> Duration {
+    if n <= 1 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(100)
+        .saturating_mul(1 << (n - 2).min(16))
+        .min(LONGEST_ABORT_PAUSE)
+}
+
 /// Group memberships until shutdown or a fatal error.
 fn run_members(
     topology: &Arc<Topology>,
@@ -157,7 +178,8 @@ fn run_member(
         &config::producer_config(topology, options),
         exactly_once,
         &options.hooks,
-        layout.max_message_bytes.clone(),
+        layout.topic_limits.clone(),
+        shutdown,
     )
     .map_err(|e| RuntimeError::Startup(format!("cannot start the transactional producer: {e}")))?;
     tracing::info!(run = %txn.run_id(), "Producer ready; joining the group.");
@@ -631,6 +653,8 @@ struct Engine {
     consumed_uncommitted: u64,
     now: i64,
     last_commit: Instant,
+    /// Transactions aborted since the last commit.
+    aborts_in_a_row: u32,
     next_punctuation: Instant,
     next_metrics: Instant,
     /// When to ask for new tasks' committed offsets again, and to warn.
@@ -728,6 +752,7 @@ impl Engine {
             consumed_uncommitted: 0,
             now: wall_clock_ms(),
             last_commit: now,
+            aborts_in_a_row: 0,
             next_punctuation: now,
             next_metrics: now,
             next_offsets_fetch: now,
@@ -1242,11 +1267,11 @@ impl Engine {
                         timestamp: Some(record.timestamp),
                         tracked: 0,
                     };
-                    if let Err(too_large) = self.cycle.txn.check_size(&produce) {
+                    if let Err(refusal) = self.cycle.txn.check(&produce) {
                         let name = name.clone();
-                        let reason = too_large.reason(&format!("the record of sink `{name}`"));
+                        let reason = refusal.reason(&format!("the record of sink `{name}`"));
                         let at = (task, DeadLetterAt::Sink(sink));
-                        self.too_large(origin, at, &name, &reason, &record)?;
+                        self.refused(origin, at, &name, &refusal, &reason, &record)?;
                         continue;
                     }
                     self.cycle.txn.send(produce).map_err(RuntimeError::Commit)?;
@@ -1274,11 +1299,11 @@ impl Engine {
                         timestamp: Some(record.timestamp),
                         tracked: 0,
                     };
-                    if let Err(too_large) = self.cycle.txn.check_size(&produce) {
+                    if let Err(refusal) = self.cycle.txn.check(&produce) {
                         let name = self.topology.nodes[node].name.clone();
-                        let reason = too_large.reason(&format!("the record for node `{name}`"));
+                        let reason = refusal.reason(&format!("the record for node `{name}`"));
                         let at = (task, DeadLetterAt::Node(node));
-                        self.too_large(origin, at, &name, &reason, &record)?;
+                        self.refused(origin, at, &name, &refusal, &reason, &record)?;
                         continue;
                     }
                     self.cycle.txn.send(produce).map_err(RuntimeError::Commit)?;
@@ -1296,22 +1321,26 @@ impl Engine {
             .map_err(RuntimeError::Commit)
     }
 
-    /// `record`, for sink or node `name` of task `at.0`, is too large for
-    /// its topic: it becomes a dead letter (its value as JSON) instead of
-    /// failing the transaction, and the process goes on (issue 8, scenario
-    /// 6). Counted with the task's other dead letters, at commit.
-    fn too_large(
+    /// `record`, for sink or node `name` of task `at.0`, is one the broker
+    /// will not take (too large for its topic, or refused for good before):
+    /// it becomes a dead letter (its value as JSON) instead of failing the
+    /// transaction, and the process goes on. Counted with the task's other
+    /// dead letters, at commit.
+    fn refused(
         &mut self,
         origin: Option<&Origin<'_>>,
         at: (i32, DeadLetterAt),
         name: &str,
+        refusal: &Refusal,
         reason: &str,
         record: &Record,
     ) -> Result<(), RuntimeError> {
-        tracing::debug!(node = %name, %reason, "A record is too large for its topic; sending it to the dead-letter topic.");
-        metrics::counter!(telemetry::RECORDS_TOO_LARGE, "topology" => self.topology.name.clone(), "node" => name.to_string())
-            .increment(1);
-        let code = DeadLetterReason::TooLarge;
+        tracing::debug!(node = %name, %reason, "The broker will not take a record; sending it to the dead-letter topic.");
+        if let Refusal::TooLarge(_) = refusal {
+            metrics::counter!(telemetry::RECORDS_TOO_LARGE, "topology" => self.topology.name.clone(), "node" => name.to_string())
+                .increment(1);
+        }
+        let code = refusal.code();
         if let Some(slot) = self.tasks.get_mut(&at.0) {
             slot.task.count_dead_letter(at.1, code);
         }
@@ -1511,6 +1540,7 @@ impl Engine {
             .commit(consumer, tasks, self.now, self.pool.as_ref());
         if result.is_ok() {
             self.last_commit = Instant::now();
+            self.aborts_in_a_row = 0;
             metrics::counter!(telemetry::RECORDS_COMMITTED, "topology" => self.topology.name.clone())
                 .increment(std::mem::take(&mut self.consumed_uncommitted));
         }
@@ -1528,8 +1558,16 @@ impl Engine {
     ) -> Result<(), RuntimeError> {
         match result {
             Err(RuntimeError::Commit(CommitError::Aborted(reason))) => {
-                tracing::warn!(%reason, "The transaction failed; aborting and rewinding to the last commit.");
-                self.rewind(consumer)
+                self.aborts_in_a_row += 1;
+                let pause = abort_backoff(self.aborts_in_a_row);
+                if self.aborts_in_a_row >= ABORTS_BEFORE_ERROR {
+                    tracing::error!(%reason, aborts_in_a_row = self.aborts_in_a_row, pause_ms = pause.as_millis() as u64, "Transactions keep failing; aborting, rewinding and trying again after a pause.");
+                } else {
+                    tracing::warn!(%reason, aborts_in_a_row = self.aborts_in_a_row, "The transaction failed; aborting and rewinding to the last commit.");
+                }
+                let rewound = self.rewind(consumer);
+                std::thread::sleep(pause);
+                rewound
             }
             other => other,
         }
@@ -1619,4 +1657,25 @@ fn publish_task_metrics(topology: &Topology, task: i32, slot: &mut Slot, closing
         .committed_stats()
         .map(|(_, s)| s.clone())
         .collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failure that repeats backs off: no pause after the first abort,
+    /// then 100 ms doubling, never more than the longest pause.
+    #[test]
+    fn aborts_in_a_row_back_off_up_to_a_bound() {
+        let pauses: Vec<u64> = (1..=12)
+            .map(|n| abort_backoff(n).as_millis() as u64)
+            .collect();
+        assert_eq!(
+            pauses,
+            [
+                0, 100, 200, 400, 800, 1_600, 3_200, 6_400, 12_800, 25_600, 30_000, 30_000
+            ]
+        );
+        assert_eq!(abort_backoff(u32::MAX), LONGEST_ABORT_PAUSE);
+    }
 }

@@ -141,7 +141,10 @@ pub fn replay(
             &config,
             true,
             &super::commit::TestHooks::default(),
-            std::collections::HashMap::new(),
+            crate::task::limits::TopicLimits::default(),
+            // A replay is a command that ends: a coordinator that does not
+            // answer within one wait (30 s) fails it.
+            &std::sync::atomic::AtomicBool::new(true),
         )?)
     };
     let mut positions: BTreeMap<i32, i64> = BTreeMap::new();

@@ -111,6 +111,90 @@ impl TooLarge {
     }
 }
 
+/// What a topic accepts besides size, from its configuration: the broker
+/// refuses, for good, a keyless record for a compacted topic
+/// (`INVALID_RECORD`) and, for a topic that keeps the producer's
+/// timestamps, one too far behind or ahead of the broker's clock
+/// (`INVALID_TIMESTAMP`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Acceptance {
+    /// `cleanup.policy` includes `compact`.
+    pub(crate) compacted: bool,
+    /// `message.timestamp.before.max.ms`, when timestamps are the
+    /// producer's (`message.timestamp.type=CreateTime`).
+    pub(crate) before_max_ms: Option<i64>,
+    /// `message.timestamp.after.max.ms`, likewise.
+    pub(crate) after_max_ms: Option<i64>,
+}
+
+impl Acceptance {
+    /// From a topic's configuration entries, as DescribeConfigs reports
+    /// them.
+    pub(crate) fn from_configs(configs: &HashMap<String, String>) -> Acceptance {
+        let create_time = configs
+            .get("message.timestamp.type")
+            .is_none_or(|t| t.trim() == "CreateTime");
+        let millis = |name: &str| {
+            configs
+                .get(name)
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .filter(|_| create_time)
+                // Long.MAX_VALUE, the default, is no limit.
+                .filter(|ms| *ms < i64::MAX)
+        };
+        Acceptance {
+            compacted: configs
+                .get("cleanup.policy")
+                .is_some_and(|p| p.split(',').any(|p| p.trim() == "compact")),
+            before_max_ms: millis("message.timestamp.before.max.ms"),
+            after_max_ms: millis("message.timestamp.after.max.ms"),
+        }
+    }
+
+    /// Why the broker would refuse a record (`keyed` or not, with
+    /// `timestamp`) for `topic` at `now`, if it would.
+    pub(crate) fn refusal(
+        &self,
+        topic: &str,
+        keyed: bool,
+        timestamp: Option<i64>,
+        now: i64,
+    ) -> Option<String> {
+        if self.compacted && !keyed {
+            return Some(format!(
+                "topic `{topic}` is compacted and takes no record without a key (the broker refuses it as INVALID_RECORD)"
+            ));
+        }
+        let timestamp = timestamp?;
+        if let Some(after) = self.after_max_ms
+            && timestamp > now.saturating_add(after)
+        {
+            return Some(format!(
+                "the record's timestamp {timestamp} is {} ms ahead of now, more than topic `{topic}` accepts (message.timestamp.after.max.ms={after}; the broker refuses it as INVALID_TIMESTAMP)",
+                timestamp - now
+            ));
+        }
+        if let Some(before) = self.before_max_ms
+            && timestamp < now.saturating_sub(before)
+        {
+            return Some(format!(
+                "the record's timestamp {timestamp} is {} ms behind now, more than topic `{topic}` accepts (message.timestamp.before.max.ms={before}; the broker refuses it as INVALID_TIMESTAMP)",
+                now - timestamp
+            ));
+        }
+        None
+    }
+}
+
+/// What the cluster reported of the topics a topology writes.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TopicLimits {
+    /// `max.message.bytes` per topic.
+    pub(crate) max_message_bytes: HashMap<String, usize>,
+    /// What else each topic accepts.
+    pub(crate) acceptance: HashMap<String, Acceptance>,
+}
+
 /// What the producer and each topic accept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Limits {
@@ -267,6 +351,53 @@ pub(crate) fn shrink(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn configs(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// A compacted topic refuses a keyless record; a topic that keeps the
+    /// producer's timestamps refuses one past its limits, one that sets
+    /// its own (LogAppendTime) refuses none; Kafka's default of
+    /// Long.MAX_VALUE is no limit.
+    #[test]
+    fn what_a_topic_accepts_follows_its_configuration() {
+        let now = 1_700_000_000_000;
+        let compacted = Acceptance::from_configs(&configs(&[("cleanup.policy", "compact,delete")]));
+        assert!(compacted.refusal("t", false, None, now).is_some());
+        assert!(compacted.refusal("t", true, Some(0), now).is_none());
+        let deleted = Acceptance::from_configs(&configs(&[("cleanup.policy", "delete")]));
+        assert!(deleted.refusal("t", false, None, now).is_none());
+        let limited = Acceptance::from_configs(&configs(&[
+            ("message.timestamp.after.max.ms", "3600000"),
+            ("message.timestamp.before.max.ms", "9223372036854775807"),
+        ]));
+        assert!(
+            limited
+                .refusal("t", true, Some(now + 3_600_000), now)
+                .is_none()
+        );
+        let ahead = limited
+            .refusal("t", true, Some(now + 3_600_001), now)
+            .unwrap();
+        assert!(ahead.contains("INVALID_TIMESTAMP"), "{ahead}");
+        assert!(
+            limited.refusal("t", true, Some(0), now).is_none(),
+            "no limit behind"
+        );
+        let appended = Acceptance::from_configs(&configs(&[
+            ("message.timestamp.type", "LogAppendTime"),
+            ("message.timestamp.after.max.ms", "1000"),
+        ]));
+        assert!(
+            appended
+                .refusal("t", true, Some(now + 86_400_000), now)
+                .is_none()
+        );
+    }
 
     #[test]
     fn the_size_bounds_librdkafkas_check_and_a_one_record_batch() {

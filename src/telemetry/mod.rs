@@ -183,6 +183,10 @@ slots! {
         /// `max.message.bytes`): a sink or repartition record, or a state
         /// value for its changelog.
         TooLarge => "record_too_large",
+        /// The broker refused the record for good (a keyless record for a
+        /// compacted topic, a timestamp outside the topic's limits): its
+        /// transaction was redone without it.
+        RefusedByBroker => "refused_by_broker",
     }
 }
 

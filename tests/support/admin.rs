@@ -123,6 +123,26 @@ pub fn delete_records(topic: &str, before: &[i64]) {
     }
 }
 
+/// Sets topic configs of `topic` (AlterConfigs: the ones not given go
+/// back to their defaults).
+pub fn alter_topic_config(topic: &str, configs: &[(&str, &str)]) {
+    use rdkafka::admin::{AlterConfig, ResourceSpecifier};
+    let admin = admin();
+    let alter = configs.iter().fold(
+        AlterConfig::new(ResourceSpecifier::Topic(topic)),
+        |alter, (k, v)| alter.set(k, v),
+    );
+    let results = admin
+        .runtime
+        .block_on(admin.client.alter_configs(&[alter], &admin.options))
+        .unwrap();
+    for r in results {
+        if let Err((resource, code)) = r {
+            panic!("cannot alter {resource:?}: {code}");
+        }
+    }
+}
+
 /// Deletes `topic` and waits until the broker no longer lists it.
 pub fn delete_topic(name: &str) {
     let admin = admin();

@@ -77,7 +77,7 @@ use super::changelog::{
     BASE_HEADER, CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, EVENT_TIME_HEADER, GAUGES,
     POSITION_HEADER, Positions, TXN_HEADER,
 };
-use crate::task::limits::{Limits, TooLarge, record_size};
+use crate::task::limits::{Acceptance, Limits, TooLarge, TopicLimits, record_size};
 use crate::task::{DeadLetter, Task, dlq_headers};
 use crate::telemetry::CommitPhase;
 use crate::topology::Topology;
@@ -121,6 +121,9 @@ pub(crate) struct Deliveries {
     fenced: Option<String>,
     /// Topic and [`record_size`] of each record refused as too large.
     refused: Vec<(String, usize)>,
+    /// Each record the broker refused for good for another reason (see
+    /// [`refused_for_good`]): its [`fingerprint`] and the broker's reason.
+    refused_for_good: Vec<(u64, String)>,
     /// The first tracked partition a record was acknowledged in without
     /// its offset: librdkafka does so for a record a retried produce
     /// found persisted already (its first reply lost, e.g. in a broker
@@ -173,6 +176,15 @@ impl ProducerContext for DeliveryContext {
                 {
                     deliveries.fenced = Some(error.to_string());
                 }
+                if let Some(code) = error.rdkafka_error_code().filter(|c| refused_for_good(*c)) {
+                    use rdkafka::Message;
+                    let reason = format!(
+                        "the broker refused the record for topic `{}` for good: {error} ({code:?})",
+                        message.topic()
+                    );
+                    let print = fingerprint(message.topic(), message.key(), message.payload());
+                    deliveries.refused_for_good.push((print, reason));
+                }
                 if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
                     use rdkafka::Message;
                     use rdkafka::message::Headers;
@@ -224,6 +236,12 @@ pub(crate) struct Transactions {
     tracked: Vec<String>,
     /// What the producer and each topic accept ([`crate::task::limits`]).
     limits: Limits,
+    /// What each written topic accepts besides size.
+    acceptance: HashMap<String, Acceptance>,
+    /// Records the broker refused for good, by [`fingerprint`], with its
+    /// reason, in the order learnt.
+    refusals: HashMap<u64, String>,
+    refusal_order: std::collections::VecDeque<u64>,
     pub(crate) committed: u64,
     pub(crate) aborted: u64,
 }
@@ -306,6 +324,100 @@ fn flushing_nap(producer: &BaseProducer<DeliveryContext>) {
     }
 }
 
+/// Initialises transactions, waiting out a coordinator that does not
+/// answer: librdkafka reports that as a retriable timeout, and a call again
+/// resumes where the last one stopped.
+fn init_patiently(
+    producer: &BaseProducer<DeliveryContext>,
+    shutdown: &AtomicBool,
+) -> Result<(), KafkaError> {
+    let started = Instant::now();
+    loop {
+        match producer.init_transactions(TXN_TIMEOUT) {
+            Err(KafkaError::Transaction(e))
+                if e.is_retriable() && !shutdown.load(Ordering::Relaxed) =>
+            {
+                tracing::warn!(
+                    error = %e,
+                    waited_s = started.elapsed().as_secs(),
+                    "The transaction coordinator does not answer; waiting for it."
+                );
+            }
+            result => return result,
+        }
+    }
+}
+
+/// A refusal that a retry of the same record meets again, and that names
+/// the record: `INVALID_RECORD`, which the broker reports for the records
+/// it found invalid (the others of their batch come back as
+/// `INVALID_DIFFERENT_RECORD`, fine on their own). The causes a topic's
+/// configuration tells (a keyless record for a compacted topic, a
+/// timestamp past its limits) are checked before sending
+/// ([`Acceptance`]); this catches the rest, and a configuration changed
+/// since startup. (`INVALID_TIMESTAMP` comes back for every record of the
+/// batch, so it cannot name one; records too large are learnt by size,
+/// [`Limits::refused`].)
+fn refused_for_good(code: RDKafkaErrorCode) -> bool {
+    code == RDKafkaErrorCode::InvalidRecord
+}
+
+/// The wall clock, in epoch milliseconds.
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// What tells one output record from another when its transaction is
+/// redone: the same input makes the same record, with the same topic, key
+/// and value (its headers may carry another transaction's stamp, and its
+/// partition follows from the key). Not its timestamp: librdkafka reports
+/// none for a record that failed. So a later record with the very same
+/// topic, key and value as one refused is refused before it is sent too
+/// (a dead letter with the broker's reason, which `dlq replay` can send
+/// again), the price of never sending a refused record twice.
+fn fingerprint(topic: &str, key: Option<&[u8]>, payload: Option<&[u8]>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (topic, key, payload).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Why a record must not be sent: it would fail its transaction, and the
+/// transaction's replay again.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Over the producer's or the topic's size limit.
+    TooLarge(TooLarge),
+    /// The broker refused this very record before, for good; the reason is
+    /// the broker's.
+    Refused(String),
+}
+
+impl Refusal {
+    /// The dead-letter reason for `what` (`the record of sink \`x\``).
+    pub(crate) fn reason(&self, what: &str) -> String {
+        match self {
+            Refusal::TooLarge(too_large) => too_large.reason(what),
+            Refusal::Refused(reason) => format!("{what}: {reason}"),
+        }
+    }
+
+    /// The dead-letter reason code.
+    pub(crate) fn code(&self) -> crate::telemetry::DeadLetterReason {
+        match self {
+            Refusal::TooLarge(_) => crate::telemetry::DeadLetterReason::TooLarge,
+            Refusal::Refused(_) => crate::telemetry::DeadLetterReason::RefusedByBroker,
+        }
+    }
+}
+
+/// How many refused records a process remembers; past it, the oldest
+/// half is forgotten (a record forgotten and met again costs one more
+/// abort, nothing else).
+const REFUSALS_KEPT: usize = 100_000;
+
 fn is_fatal(error: &KafkaError) -> bool {
     match error {
         KafkaError::Transaction(e) => e.is_fatal() || !e.txn_requires_abort() && !e.is_retriable(),
@@ -341,11 +453,15 @@ impl Transactions {
     /// write, as far as the cluster reported them: no batch of several
     /// records is made larger than the smallest (`batch.size`), and
     /// [`Transactions::check_size`] measures records against them.
+    ///
+    /// A coordinator that does not answer (a broker down, a coordinator
+    /// moving) is waited for, however long, until `shutdown` is set.
     pub(crate) fn new(
         config: &ClientConfig,
         exactly_once: bool,
         hooks: &TestHooks,
-        topic_limits: HashMap<String, usize>,
+        topic_limits: TopicLimits,
+        shutdown: &AtomicBool,
     ) -> Result<Transactions, RuntimeError> {
         let mut limits = Limits::new(
             config
@@ -353,7 +469,7 @@ impl Transactions {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(crate::topology::model::DEFAULT_MESSAGE_MAX_BYTES),
         );
-        limits.set_topics(topic_limits);
+        limits.set_topics(topic_limits.max_message_bytes);
         let mut config = config.clone();
         if let Some(smallest) = limits.smallest_topic_limit() {
             let batch = config
@@ -376,7 +492,7 @@ impl Transactions {
                 deliveries: Mutex::new(Deliveries::default()),
             })?;
         if exactly_once {
-            producer.init_transactions(TXN_TIMEOUT)?;
+            init_patiently(&producer, shutdown)?;
         }
         let run_id = format!("{:016x}", rand_u64());
         let timeout = config
@@ -396,18 +512,43 @@ impl Transactions {
             faults: Faults::new(hooks.faults.clone()),
             tracked: vec![String::new()],
             limits,
+            acceptance: topic_limits.acceptance,
+            refusals: HashMap::new(),
+            refusal_order: std::collections::VecDeque::new(),
             committed: 0,
             aborted: 0,
         })
     }
 
-    /// Whether `record` fits its topic; a record that does not must not be
-    /// sent (it would fail the transaction, and its replay again).
-    pub(crate) fn check_size(&self, record: &Produce<'_>) -> Result<(), TooLarge> {
-        self.limits.check(
-            record.topic,
-            record_size(record.key, record.payload, record.headers),
-        )
+    /// Whether the broker will take `record`: it fits its topic, and the
+    /// broker did not refuse it for good before. A record it will not take
+    /// must not be sent (it would fail the transaction, and its replay
+    /// again).
+    pub(crate) fn check(&self, record: &Produce<'_>) -> Result<(), Refusal> {
+        self.limits
+            .check(
+                record.topic,
+                record_size(record.key, record.payload, record.headers),
+            )
+            .map_err(Refusal::TooLarge)?;
+        if let Some(acceptance) = self.acceptance.get(record.topic)
+            && let Some(reason) = acceptance.refusal(
+                record.topic,
+                record.key.is_some(),
+                record.timestamp,
+                wall_clock_ms(),
+            )
+        {
+            return Err(Refusal::Refused(reason));
+        }
+        if self.refusals.is_empty() {
+            return Ok(());
+        }
+        let print = fingerprint(record.topic, record.key, record.payload);
+        match self.refusals.get(&print) {
+            Some(reason) => Err(Refusal::Refused(reason.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Sends `letter` to the dead-letter topic `topic`, its payload cut to
@@ -458,9 +599,21 @@ impl Transactions {
     }
 
     /// Records the broker refused as too large lower their topic's limit,
-    /// so the replay of the aborted transaction dead-letters them.
-    fn learn_refusals(&mut self, refused: &[(String, usize)]) {
-        for (topic, size) in refused {
+    /// and records it refused for good otherwise are remembered, so the
+    /// replay of the aborted transaction dead-letters them.
+    fn learn_refusals(&mut self, deliveries: &Deliveries) {
+        for (print, reason) in &deliveries.refused_for_good {
+            if self.refusals.insert(*print, reason.clone()).is_none() {
+                tracing::warn!(%reason, "The broker refused a record for good; when the transaction is redone it goes to the dead-letter topic.");
+                self.refusal_order.push_back(*print);
+            }
+        }
+        if self.refusals.len() > REFUSALS_KEPT {
+            for print in self.refusal_order.drain(..REFUSALS_KEPT / 2) {
+                self.refusals.remove(&print);
+            }
+        }
+        for (topic, size) in &deliveries.refused {
             if self.limits.refused(topic, *size) {
                 tracing::error!(
                     topic = %topic,
@@ -693,7 +846,7 @@ impl Transactions {
         let flushed = self.flush_promptly(TXN_TIMEOUT);
         CommitPhase::Flush.took(started.elapsed());
         let mut deliveries = std::mem::take(&mut *self.deliveries());
-        self.learn_refusals(&deliveries.refused);
+        self.learn_refusals(&deliveries);
         flushed.map_err(|e| self.error(e))?;
         if let Some(cause) = deliveries.fenced.take() {
             // Kept for the abort that follows, which then has nothing to do.
@@ -869,7 +1022,21 @@ impl Transactions {
                         serve_then_nap(&self.producer, &mut nap);
                     }
                 });
-                let result = self.producer.abort_transaction(TXN_TIMEOUT);
+                // A coordinator that does not answer (a broker down) is
+                // waited out: the abort times out as a retriable error,
+                // and a call again resumes it.
+                let result = loop {
+                    match self.producer.abort_transaction(TXN_TIMEOUT) {
+                        Err(KafkaError::Transaction(e)) if e.is_retriable() => {
+                            tracing::warn!(
+                                error = %e,
+                                waited_s = started.elapsed().as_secs(),
+                                "The transaction coordinator does not answer; waiting for it to abort the transaction."
+                            );
+                        }
+                        result => break result,
+                    }
+                };
                 aborted.store(true, Ordering::Release);
                 result
             });
@@ -880,7 +1047,7 @@ impl Transactions {
         }
         self.began = None;
         let deliveries = std::mem::take(&mut *self.deliveries());
-        self.learn_refusals(&deliveries.refused);
+        self.learn_refusals(&deliveries);
         self.journal("aborted");
         let took = started.elapsed();
         metrics::histogram!(crate::telemetry::ABORT_DURATION).record(took.as_secs_f64());
@@ -1274,8 +1441,14 @@ mod tests {
         mock.create_topic("out", 1, 1).unwrap();
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", mock.bootstrap_servers());
-        let mut txn =
-            Transactions::new(&config, false, &TestHooks::default(), HashMap::new()).unwrap();
+        let mut txn = Transactions::new(
+            &config,
+            false,
+            &TestHooks::default(),
+            TopicLimits::default(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
         let consumer: BaseConsumer = config.clone().set("group.id", "g").create().unwrap();
         let payload = vec![b'x'; 5_000];
         let record = || Produce {
@@ -1287,7 +1460,7 @@ mod tests {
             timestamp: None,
             tracked: 0,
         };
-        assert!(txn.check_size(&record()).is_ok());
+        assert!(txn.check(&record()).is_ok());
 
         mock.request_errors(
             RDKafkaApiKey::Produce,
@@ -1301,12 +1474,14 @@ mod tests {
         );
         txn.abort().unwrap();
 
-        let too_large = txn.check_size(&record()).unwrap_err();
+        let Err(Refusal::TooLarge(too_large)) = txn.check(&record()) else {
+            panic!("the record is refused as too large");
+        };
         assert_eq!(too_large.source, crate::task::limits::LimitSource::Refused);
         assert!(too_large.limit < too_large.size);
         let smaller = vec![b'x'; 4_000];
         assert!(
-            txn.check_size(&Produce {
+            txn.check(&Produce {
                 payload: Some(&smaller),
                 ..record()
             })
@@ -1318,6 +1493,63 @@ mod tests {
             ..record()
         })
         .unwrap();
+        assert!(txn.commit(&consumer, |_| TopicPartitionList::new()).is_ok());
+    }
+
+    /// A record the broker refuses for good (INVALID_RECORD: a keyless
+    /// record for a compacted topic) fails the transaction once; the same
+    /// record is then known and refused before it is sent, while another
+    /// record of the topic goes through.
+    #[test]
+    fn a_record_the_broker_refuses_for_good_is_known_when_it_comes_again() {
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("out", 1, 1).unwrap();
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", mock.bootstrap_servers());
+        let mut txn = Transactions::new(
+            &config,
+            false,
+            &TestHooks::default(),
+            TopicLimits::default(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        let consumer: BaseConsumer = config.clone().set("group.id", "g").create().unwrap();
+        let record = |payload: &'static [u8]| Produce {
+            topic: "out",
+            partition: Some(0),
+            key: None,
+            payload: Some(payload),
+            headers: &[],
+            timestamp: Some(1_700_000_000_000),
+            tracked: 0,
+        };
+        assert!(txn.check(&record(b"bad")).is_ok());
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD],
+        );
+        txn.send(record(b"bad")).unwrap();
+        let refused = txn.commit(&consumer, |_| TopicPartitionList::new());
+        assert!(
+            matches!(refused, Err(CommitError::Aborted(_))),
+            "{refused:?}"
+        );
+        txn.abort().unwrap();
+
+        let Err(Refusal::Refused(reason)) = txn.check(&record(b"bad")) else {
+            panic!("the record is known as refused");
+        };
+        assert!(reason.contains("InvalidRecord"), "{reason}");
+        assert_eq!(
+            Refusal::Refused(reason).code(),
+            crate::telemetry::DeadLetterReason::RefusedByBroker
+        );
+        assert!(txn.check(&record(b"good")).is_ok(), "another record is not");
+        txn.send(record(b"good")).unwrap();
         assert!(txn.commit(&consumer, |_| TopicPartitionList::new()).is_ok());
     }
 }
