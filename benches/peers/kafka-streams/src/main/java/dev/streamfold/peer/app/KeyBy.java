@@ -1,0 +1,36 @@
+package dev.streamfold.peer.app;
+
+import com.fasterxml.jackson.core.JsonPointer;
+import com.fasterxml.jackson.databind.JsonNode;
+import dev.streamfold.peer.json.Json;
+import org.apache.kafka.streams.kstream.KeyValueMapper;
+
+/**
+ * streamfold's {@code key_by}: the record's new key is the value at a JSON
+ * pointer, as text (strings as themselves, other values as compact JSON).
+ * A record without it is the record's fault: it goes to the dead-letter
+ * topic.
+ */
+public final class KeyBy implements KeyValueMapper<String, JsonNode, String> {
+    private final JsonPointer pointer;
+    private final String text;
+
+    public KeyBy(String pointer) {
+        this.pointer = JsonPointer.compile(pointer);
+        this.text = pointer;
+    }
+
+    /** The output field that carries the key: the pointer's last segment. */
+    public String fieldName() {
+        return pointer.last().getMatchingProperty();
+    }
+
+    @Override
+    public String apply(String key, JsonNode value) {
+        JsonNode found = Json.at(value, pointer);
+        if (found == null) {
+            throw new BadRecord("key field " + text + " is missing or null");
+        }
+        return Json.idText(found);
+    }
+}

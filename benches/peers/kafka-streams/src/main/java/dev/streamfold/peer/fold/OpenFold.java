@@ -1,0 +1,56 @@
+package dev.streamfold.peer.fold;
+
+import com.fasterxml.jackson.annotation.JsonAutoDetect;
+import com.fasterxml.jackson.annotation.JsonAutoDetect.Visibility;
+import com.fasterxml.jackson.annotation.JsonProperty;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * One key's open fold, as stored (JSON in the store and its changelog).
+ * Times named "clock" are wall-clock milliseconds; the record times are
+ * the folded events' Kafka timestamps.
+ */
+@JsonAutoDetect(fieldVisibility = Visibility.ANY, getterVisibility = Visibility.NONE,
+        isGetterVisibility = Visibility.NONE)
+final class OpenFold {
+    /** Clock time of the first event: {@code max_wait} counts from here. */
+    long opened;
+    /** Clock time of the latest event: {@code quiet_for} counts from here. */
+    long touched;
+    /** Record time of the earliest and latest events. */
+    @JsonProperty("first_ts")
+    long firstTs;
+    @JsonProperty("last_ts")
+    long lastTs;
+    long count;
+    /** Deadline of the timer armed for this fold (null: none). */
+    Long timer;
+    /** One accumulator per output field, in declaration order. */
+    List<SortedValues> acc;
+
+    private OpenFold() {}
+
+    /** A fold opened by an event at clock time {@code now}, record time {@code ts}. */
+    static OpenFold open(long now, long ts, int fields) {
+        OpenFold fold = new OpenFold();
+        fold.opened = now;
+        fold.touched = now;
+        fold.firstTs = ts;
+        fold.lastTs = ts;
+        fold.count = 1;
+        fold.acc = new ArrayList<>(fields);
+        for (int i = 0; i < fields; i++) {
+            fold.acc.add(SortedValues.empty());
+        }
+        return fold;
+    }
+
+    /** Counts one more event, at clock time {@code now}, record time {@code ts}. */
+    void touch(long now, long ts) {
+        touched = Math.max(touched, now);
+        firstTs = Math.min(firstTs, ts);
+        lastTs = Math.max(lastTs, ts);
+        count++;
+    }
+}
