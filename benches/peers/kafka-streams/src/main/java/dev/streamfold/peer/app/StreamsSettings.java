@@ -38,6 +38,8 @@ public final class StreamsSettings {
         p.put(StreamsConfig.DESERIALIZATION_EXCEPTION_HANDLER_CLASS_CONFIG, LogAndContinueExceptionHandler.class);
         p.put(StreamsConfig.PROCESSING_EXCEPTION_HANDLER_CLASS_CONFIG, LogAndContinueProcessingExceptionHandler.class);
         p.put(StreamsConfig.ERRORS_DEAD_LETTER_QUEUE_TOPIC_NAME_CONFIG, o.deadLetterTopic);
+        // No global stores here; this opts in to Kafka 5.0's default.
+        p.put(StreamsConfig.PROCESSING_EXCEPTION_HANDLER_GLOBAL_ENABLED_CONFIG, true);
 
         // Producer: send while the commit interval runs instead of at its
         // end, in large batches, uncompressed (loopback, two cores).
