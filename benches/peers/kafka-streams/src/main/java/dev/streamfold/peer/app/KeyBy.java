@@ -3,6 +3,7 @@ package dev.streamfold.peer.app;
 import com.fasterxml.jackson.core.JsonPointer;
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.streamfold.peer.json.Json;
+import dev.streamfold.peer.json.RawJson;
 import org.apache.kafka.streams.kstream.KeyValueMapper;
 
 /**
@@ -11,7 +12,7 @@ import org.apache.kafka.streams.kstream.KeyValueMapper;
  * A record without it is the record's fault: it goes to the dead-letter
  * topic.
  */
-public final class KeyBy implements KeyValueMapper<String, JsonNode, String> {
+public final class KeyBy implements KeyValueMapper<String, RawJson, String> {
     private final JsonPointer pointer;
     private final String text;
 
@@ -26,8 +27,8 @@ public final class KeyBy implements KeyValueMapper<String, JsonNode, String> {
     }
 
     @Override
-    public String apply(String key, JsonNode value) {
-        JsonNode found = Json.at(value, pointer);
+    public String apply(String key, RawJson value) {
+        JsonNode found = value == null ? null : Json.at(value.tree(), pointer);
         if (found == null) {
             throw new BadRecord("key field " + text + " is missing or null");
         }

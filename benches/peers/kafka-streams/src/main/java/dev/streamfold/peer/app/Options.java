@@ -80,6 +80,9 @@ public final class Options {
         if (args.length == 0) {
             throw new IllegalArgumentException("name the application: fold or question-feed");
         }
+        if (args[0].equals("-h") || args[0].equals("--help")) {
+            throw new IllegalArgumentException("");
+        }
         Options o = new Options();
         o.app = switch (args[0]) {
             case "fold" -> App.FOLD;

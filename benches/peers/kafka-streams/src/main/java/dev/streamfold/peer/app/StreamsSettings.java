@@ -4,7 +4,6 @@ import java.util.Properties;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.streams.StreamsConfig;
-import org.apache.kafka.streams.errors.LogAndContinueExceptionHandler;
 import org.apache.kafka.streams.errors.LogAndContinueProcessingExceptionHandler;
 
 /**
@@ -26,16 +25,16 @@ public final class StreamsSettings {
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, o.threads);
         p.put(StreamsConfig.STATE_DIR_CONFIG, o.stateDir);
 
-        // State: one bounded RocksDB budget, a record cache as large as
-        // streamfold's, local state kept across an unclean stop.
+        // State: one bounded RocksDB budget and a record cache as large as
+        // streamfold's. Transactional state stores stay off (README.md).
         p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, RECORD_CACHE_BYTES);
         p.put(StreamsConfig.ROCKSDB_CONFIG_SETTER_CLASS_CONFIG, BoundedRocksDb.class);
-        p.put(StreamsConfig.TRANSACTIONAL_STATE_STORES_CONFIG, true);
         p.put(StreamsConfig.NUM_STANDBY_REPLICAS_CONFIG, 0);
 
         // Bad records: skipped, logged and written to the dead-letter topic
-        // in the same transaction, as streamfold dead-letters them.
-        p.put(StreamsConfig.DESERIALIZATION_EXCEPTION_HANDLER_CLASS_CONFIG, LogAndContinueExceptionHandler.class);
+        // in the same transaction, as streamfold dead-letters them. Values
+        // are parsed by the processors (RawJson), so a value that is not
+        // JSON is a processing error too.
         p.put(StreamsConfig.PROCESSING_EXCEPTION_HANDLER_CLASS_CONFIG, LogAndContinueProcessingExceptionHandler.class);
         p.put(StreamsConfig.ERRORS_DEAD_LETTER_QUEUE_TOPIC_NAME_CONFIG, o.deadLetterTopic);
         // No global stores here; this opts in to Kafka 5.0's default.

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.core.JsonPointer;
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.streamfold.peer.app.BadRecord;
 import dev.streamfold.peer.json.Json;
+import dev.streamfold.peer.json.RawJson;
 import java.time.Duration;
 import java.util.Set;
 import org.apache.kafka.common.serialization.Serdes;
@@ -29,10 +30,10 @@ import org.apache.kafka.streams.state.WindowStoreIterator;
  * drops whole time segments once they are older than the retention, and a
  * lookup only considers entries within it.
  */
-public final class DedupProcessor implements FixedKeyProcessor<String, JsonNode, JsonNode> {
+public final class DedupProcessor implements FixedKeyProcessor<String, RawJson, RawJson> {
     private final DedupSpec spec;
     private final JsonPointer idPointer;
-    private FixedKeyProcessorContext<String, JsonNode> context;
+    private FixedKeyProcessorContext<String, RawJson> context;
     private WindowStore<String, Long> seen;
 
     DedupProcessor(DedupSpec spec) {
@@ -53,10 +54,10 @@ public final class DedupProcessor implements FixedKeyProcessor<String, JsonNode,
         }
     }
 
-    public static FixedKeyProcessorSupplier<String, JsonNode, JsonNode> supplier(DedupSpec spec) {
+    public static FixedKeyProcessorSupplier<String, RawJson, RawJson> supplier(DedupSpec spec) {
         return new FixedKeyProcessorSupplier<>() {
             @Override
-            public FixedKeyProcessor<String, JsonNode, JsonNode> get() {
+            public FixedKeyProcessor<String, RawJson, RawJson> get() {
                 return new DedupProcessor(spec);
             }
 
@@ -75,14 +76,14 @@ public final class DedupProcessor implements FixedKeyProcessor<String, JsonNode,
     }
 
     @Override
-    public void init(FixedKeyProcessorContext<String, JsonNode> context) {
+    public void init(FixedKeyProcessorContext<String, RawJson> context) {
         this.context = context;
         this.seen = context.getStateStore(spec.seenStore());
     }
 
     @Override
-    public void process(FixedKeyRecord<String, JsonNode> record) {
-        JsonNode idValue = Json.at(record.value(), idPointer);
+    public void process(FixedKeyRecord<String, RawJson> record) {
+        JsonNode idValue = record.value() == null ? null : Json.at(record.value().tree(), idPointer);
         if (idValue == null) {
             throw new BadRecord("id field " + spec.idField() + " is missing");
         }

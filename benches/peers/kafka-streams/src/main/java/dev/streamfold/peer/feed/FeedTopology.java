@@ -6,6 +6,7 @@ import dev.streamfold.peer.feed.DedupProcessor.DedupSpec;
 import dev.streamfold.peer.feed.OrderedProcessor.OrderedSpec;
 import dev.streamfold.peer.feed.ProjectionProcessor.ProjectionSpec;
 import dev.streamfold.peer.json.JsonSerde;
+import dev.streamfold.peer.json.RawJson;
 import java.util.Set;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -45,19 +46,18 @@ public final class FeedTopology {
     public record Topics(String events, String questions, String thanks, String otherEvents) {}
 
     public static Topology build(Topics topics, long retentionMs) {
-        JsonSerde<JsonNode> json = JsonSerde.tree();
-        Produced<String, JsonNode> produced = Produced.with(Serdes.String(), json);
+        Produced<String, JsonNode> produced = Produced.with(Serdes.String(), JsonSerde.tree());
         StreamsBuilder builder = new StreamsBuilder();
-        builder.stream(topics.events(), Consumed.with(Serdes.String(), json).withName("feed_events"))
+        builder.stream(topics.events(), Consumed.with(Serdes.String(), RawJson.serde()).withName("feed_events"))
                 .processValues(
                         DedupProcessor.supplier(new DedupSpec("dedup_events", "/event_id", retentionMs)),
                         Named.as("dedup_events"))
                 .split(Named.as("by_type-"))
                 .branch((key, value) -> QUESTION_EVENTS.contains(type(value)), Branched.withConsumer(questions -> questions
                         .selectKey(new KeyBy(QUESTION_ID), Named.as("project_question-key_by"))
-                        .repartition(Repartitioned.<String, JsonNode>as("project_question")
+                        .repartition(Repartitioned.<String, RawJson>as("project_question")
                                 .withKeySerde(Serdes.String())
-                                .withValueSerde(json))
+                                .withValueSerde(RawJson.serde()))
                         .process(ProjectionProcessor.supplier(new ProjectionSpec(
                                         "project_question", "/event_id", "/type", "/sequence",
                                         "question_id", "version", 50)),
@@ -65,21 +65,22 @@ public final class FeedTopology {
                         .to(topics.questions(), produced.withName("question_read_models")), "questions"))
                 .branch((key, value) -> THANKS_EVENT.equals(type(value)), Branched.withConsumer(thanks -> thanks
                         .selectKey(new KeyBy(ANSWER_ID), Named.as("thanks_totals-key_by"))
-                        .repartition(Repartitioned.<String, JsonNode>as("thanks_totals")
+                        .repartition(Repartitioned.<String, RawJson>as("thanks_totals")
                                 .withKeySerde(Serdes.String())
-                                .withValueSerde(json))
+                                .withValueSerde(RawJson.serde()))
                         .process(OrderedProcessor.supplier(new OrderedSpec(
                                         "thanks_totals", "/sequence", "/event_id", "lamport")),
                                 Named.as("thanks_totals"))
                         .to(topics.thanks(), produced.withName("answer_thanks")), "thanks"))
                 .defaultBranch(Branched.withConsumer(other -> other
-                        .to(topics.otherEvents(), produced.withName("other_events")), "other"));
+                        .to(topics.otherEvents(), Produced.with(Serdes.String(), RawJson.serde())
+                                .withName("other_events")), "other"));
         return builder.build();
     }
 
     /** The event's {@code type} when it is a string, else null (no route). */
-    private static String type(JsonNode value) {
-        JsonNode type = value == null ? null : value.get("type");
+    private static String type(RawJson value) {
+        JsonNode type = value == null ? null : value.tree().get("type");
         return type != null && type.isTextual() ? type.textValue() : null;
     }
 }

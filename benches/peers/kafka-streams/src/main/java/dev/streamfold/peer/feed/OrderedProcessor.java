@@ -7,6 +7,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.streamfold.peer.app.BadRecord;
 import dev.streamfold.peer.json.Json;
 import dev.streamfold.peer.json.JsonSerde;
+import dev.streamfold.peer.json.RawJson;
 import java.util.Set;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.processor.api.Processor;
@@ -29,7 +30,7 @@ import org.apache.kafka.streams.state.Stores;
  * <p>State: {@code -latest}, per key the newest update, its order value
  * and the clock (cached, with its changelog).
  */
-public final class OrderedProcessor implements Processor<String, JsonNode, String, JsonNode> {
+public final class OrderedProcessor implements Processor<String, RawJson, String, JsonNode> {
     private final OrderedSpec spec;
     private final JsonPointer tieBreak;
     private ProcessorContext<String, JsonNode> context;
@@ -62,10 +63,10 @@ public final class OrderedProcessor implements Processor<String, JsonNode, Strin
     /** The newest state of one key, and the key's Lamport clock. */
     record Latest(Version version, JsonNode value, long clock) {}
 
-    public static ProcessorSupplier<String, JsonNode, String, JsonNode> supplier(OrderedSpec spec) {
+    public static ProcessorSupplier<String, RawJson, String, JsonNode> supplier(OrderedSpec spec) {
         return new ProcessorSupplier<>() {
             @Override
-            public Processor<String, JsonNode, String, JsonNode> get() {
+            public Processor<String, RawJson, String, JsonNode> get() {
                 return new OrderedProcessor(spec);
             }
 
@@ -87,20 +88,21 @@ public final class OrderedProcessor implements Processor<String, JsonNode, Strin
     }
 
     @Override
-    public void process(Record<String, JsonNode> record) {
+    public void process(Record<String, RawJson> record) {
         String key = record.key();
         if (key == null) {
             throw new BadRecord("record has no key to order by");
         }
-        Version version = new Version(Order.read(record.value(), spec.orderBy()), Json.at(record.value(), tieBreak));
-        long seen = seenClock(record.value());
+        JsonNode value = record.value() == null ? null : record.value().tree();
+        Version version = new Version(Order.read(value, spec.orderBy()), Json.at(value, tieBreak));
+        long seen = seenClock(value);
         Latest current = latest.get(key);
         if (current != null && version.compareTo(current.version()) <= 0) {
             return; // Stale: not newer than what the key holds.
         }
-        if (!(record.value() instanceof ObjectNode update)) {
+        if (!(value instanceof ObjectNode update)) {
             throw new BadRecord("cannot stamp the Lamport clock into field `" + spec.lamportField() + "` of "
-                    + Json.typeName(record.value()) + ": updates must be objects");
+                    + (value == null ? "null" : Json.typeName(value)) + ": updates must be objects");
         }
         ObjectNode state = update.deepCopy();
         state.remove(spec.lamportField());
@@ -108,7 +110,7 @@ public final class OrderedProcessor implements Processor<String, JsonNode, Strin
         ObjectNode out = state.deepCopy();
         out.put(spec.lamportField(), clock);
         latest.put(key, new Latest(version, state, clock));
-        context.forward(record.withValue(out));
+        context.forward(record.withValue((JsonNode) out));
     }
 
     /** The clock the update carries, 0 when it carries none. */

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.streamfold.peer.app.BadRecord;
 import dev.streamfold.peer.json.Json;
 import dev.streamfold.peer.json.JsonSerde;
+import dev.streamfold.peer.json.RawJson;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -45,7 +46,7 @@ import org.apache.kafka.streams.state.Stores;
  * event and read back only for a duplicate or a late event, so they are not
  * cached.
  */
-public final class ProjectionProcessor implements Processor<String, JsonNode, String, JsonNode> {
+public final class ProjectionProcessor implements Processor<String, RawJson, String, JsonNode> {
     private final ProjectionSpec spec;
     private final JsonPointer eventId;
     private final JsonPointer eventName;
@@ -91,10 +92,10 @@ public final class ProjectionProcessor implements Processor<String, JsonNode, St
     /** The entity after the events up to a position. */
     record Snapshot(JsonNode entity, long version) {}
 
-    public static ProcessorSupplier<String, JsonNode, String, JsonNode> supplier(ProjectionSpec spec) {
+    public static ProcessorSupplier<String, RawJson, String, JsonNode> supplier(ProjectionSpec spec) {
         return new ProcessorSupplier<>() {
             @Override
-            public Processor<String, JsonNode, String, JsonNode> get() {
+            public Processor<String, RawJson, String, JsonNode> get() {
                 return new ProjectionProcessor(spec);
             }
 
@@ -135,17 +136,18 @@ public final class ProjectionProcessor implements Processor<String, JsonNode, St
     }
 
     @Override
-    public void process(Record<String, JsonNode> record) {
+    public void process(Record<String, RawJson> record) {
         String key = record.key();
         if (key == null) {
             throw new BadRecord("event has no entity id");
         }
-        JsonNode idValue = Json.at(record.value(), eventId);
+        JsonNode value = record.value() == null ? null : record.value().tree();
+        JsonNode idValue = Json.at(value, eventId);
         if (idValue == null) {
             throw new BadRecord("event id " + spec.eventId() + " is missing");
         }
         String id = Json.idText(idValue);
-        JsonNode nameValue = Json.at(record.value(), eventName);
+        JsonNode nameValue = Json.at(value, eventName);
         if (nameValue == null) {
             throw new BadRecord("event name " + spec.eventName() + " is missing");
         }
@@ -154,7 +156,7 @@ public final class ProjectionProcessor implements Processor<String, JsonNode, St
                     + Json.typeName(nameValue));
         }
         String name = nameValue.textValue();
-        long order = Order.read(record.value(), spec.orderBy());
+        long order = Order.read(value, spec.orderBy());
         byte[] prefix = Order.entityPrefix(key);
         Bytes idKey = Bytes.wrap(Order.idKey(prefix, id));
         if (ids.get(idKey) != null) {
@@ -164,7 +166,7 @@ public final class ProjectionProcessor implements Processor<String, JsonNode, St
             return; // No rule: dropped, as `on_unknown_event: drop`.
         }
         Position position = new Position(order, id);
-        LoggedEvent event = new LoggedEvent(name, record.timestamp(), record.value());
+        LoggedEvent event = new LoggedEvent(name, record.timestamp(), value);
         Entity current = entities.get(key);
         Entity next;
         if (current != null && position.compareTo(current.last()) < 0) {

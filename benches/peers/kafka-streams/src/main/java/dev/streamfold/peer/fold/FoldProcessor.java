@@ -6,7 +6,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dev.streamfold.peer.app.BadRecord;
 import dev.streamfold.peer.json.Json;
-import dev.streamfold.peer.json.JsonSerde;
+import dev.streamfold.peer.json.RawJson;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -50,7 +50,7 @@ import org.apache.kafka.streams.state.Stores;
  * of closing the fold, so a busy key costs one index write per quiet
  * period, not one per event.
  */
-public final class FoldProcessor implements Processor<String, JsonNode, String, JsonNode> {
+public final class FoldProcessor implements Processor<String, RawJson, String, JsonNode> {
     /**
      * Timers handled in one punctuation at most, so a backlog of due folds
      * (after a pause) keeps each transaction bounded; the rest are due at
@@ -72,10 +72,10 @@ public final class FoldProcessor implements Processor<String, JsonNode, String, 
     }
 
     /** The processor with the two stores it declares (connected by Kafka Streams). */
-    public static ProcessorSupplier<String, JsonNode, String, JsonNode> supplier(FoldSpec spec) {
+    public static ProcessorSupplier<String, RawJson, String, JsonNode> supplier(FoldSpec spec) {
         return new ProcessorSupplier<>() {
             @Override
-            public Processor<String, JsonNode, String, JsonNode> get() {
+            public Processor<String, RawJson, String, JsonNode> get() {
                 return new FoldProcessor(spec);
             }
 
@@ -87,7 +87,7 @@ public final class FoldProcessor implements Processor<String, JsonNode, String, 
                 StoreBuilder<KeyValueStore<String, OpenFold>> open = Stores.keyValueStoreBuilder(
                                 Stores.persistentKeyValueStore(spec.openStore()),
                                 Serdes.String(),
-                                JsonSerde.of(OpenFold.class))
+                                new OpenFoldSerde())
                         .withCachingEnabled();
                 StoreBuilder<KeyValueStore<Bytes, byte[]>> timers = Stores.keyValueStoreBuilder(
                                 Stores.persistentKeyValueStore(spec.timersStore()),
@@ -110,16 +110,17 @@ public final class FoldProcessor implements Processor<String, JsonNode, String, 
     }
 
     @Override
-    public void process(Record<String, JsonNode> record) {
+    public void process(Record<String, RawJson> record) {
         String key = record.key();
         if (key == null) {
             throw new BadRecord("record has no key to fold by");
         }
+        JsonNode event = record.value() == null ? null : record.value().tree();
         // Read and check every field first, so a bad event changes nothing.
         List<FoldSpec.Field> fields = spec.fields();
         JsonNode[] values = new JsonNode[fields.size()];
         for (int i = 0; i < values.length; i++) {
-            JsonNode value = Json.at(record.value(), pointers.get(i));
+            JsonNode value = Json.at(event, pointers.get(i));
             if (value != null) {
                 fields.get(i).rule().check(fields.get(i).from(), value);
             }

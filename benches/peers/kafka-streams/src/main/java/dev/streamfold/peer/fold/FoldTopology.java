@@ -1,7 +1,7 @@
 package dev.streamfold.peer.fold;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import dev.streamfold.peer.json.JsonSerde;
+import dev.streamfold.peer.json.RawJson;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.Topology;
@@ -20,15 +20,14 @@ public final class FoldTopology {
     private FoldTopology() {}
 
     public static Topology build(FoldSpec spec, String inputTopic, String outputTopic) {
-        JsonSerde<JsonNode> json = JsonSerde.tree();
         StreamsBuilder builder = new StreamsBuilder();
-        builder.stream(inputTopic, Consumed.with(Serdes.String(), json).withName("post_metrics"))
+        builder.stream(inputTopic, Consumed.with(Serdes.String(), RawJson.serde()).withName("post_metrics"))
                 .selectKey(spec.keyBy(), Named.as(spec.node() + "-key_by"))
-                .repartition(Repartitioned.<String, JsonNode>as(spec.node())
+                .repartition(Repartitioned.<String, RawJson>as(spec.node())
                         .withKeySerde(Serdes.String())
-                        .withValueSerde(json))
+                        .withValueSerde(RawJson.serde()))
                 .process(FoldProcessor.supplier(spec), Named.as(spec.node()))
-                .to(outputTopic, Produced.with(Serdes.String(), json).withName("folded"));
+                .to(outputTopic, Produced.with(Serdes.String(), JsonSerde.tree()).withName("folded"));
         return builder.build();
     }
 }

@@ -1,27 +1,20 @@
 package dev.streamfold.peer.fold;
 
-import com.fasterxml.jackson.annotation.JsonAutoDetect;
-import com.fasterxml.jackson.annotation.JsonAutoDetect.Visibility;
-import com.fasterxml.jackson.annotation.JsonProperty;
 import java.util.ArrayList;
 import java.util.List;
 
 /**
- * One key's open fold, as stored (JSON in the store and its changelog).
- * Times named "clock" are wall-clock milliseconds; the record times are
- * the folded events' Kafka timestamps.
+ * One key's open fold, as stored ({@link OpenFoldSerde}). Clock times are
+ * wall-clock milliseconds; the record times are the folded events' Kafka
+ * timestamps.
  */
-@JsonAutoDetect(fieldVisibility = Visibility.ANY, getterVisibility = Visibility.NONE,
-        isGetterVisibility = Visibility.NONE)
 final class OpenFold {
     /** Clock time of the first event: {@code max_wait} counts from here. */
     long opened;
     /** Clock time of the latest event: {@code quiet_for} counts from here. */
     long touched;
     /** Record time of the earliest and latest events. */
-    @JsonProperty("first_ts")
     long firstTs;
-    @JsonProperty("last_ts")
     long lastTs;
     long count;
     /** Deadline of the timer armed for this fold (null: none). */
@@ -43,6 +36,20 @@ final class OpenFold {
         for (int i = 0; i < fields; i++) {
             fold.acc.add(SortedValues.empty());
         }
+        return fold;
+    }
+
+    /** A fold as read back from its store. */
+    static OpenFold restore(long opened, long touched, long firstTs, long lastTs, long count, Long timer,
+            List<SortedValues> acc) {
+        OpenFold fold = new OpenFold();
+        fold.opened = opened;
+        fold.touched = touched;
+        fold.firstTs = firstTs;
+        fold.lastTs = lastTs;
+        fold.count = count;
+        fold.timer = timer;
+        fold.acc = acc;
         return fold;
     }
 

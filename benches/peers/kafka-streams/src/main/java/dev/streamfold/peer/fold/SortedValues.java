@@ -1,7 +1,5 @@
 package dev.streamfold.peer.fold;
 
-import com.fasterxml.jackson.annotation.JsonCreator;
-import com.fasterxml.jackson.annotation.JsonValue;
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.streamfold.peer.json.Json;
 import java.util.ArrayList;
@@ -11,18 +9,18 @@ import java.util.List;
 /**
  * A set of JSON values kept sorted in {@link Json#compare} order, without
  * repeats: the accumulator of {@link MergeRule#SET} and
- * {@link MergeRule#KEY_UNION}. Stored and emitted as a JSON array.
+ * {@link MergeRule#KEY_UNION}.
  */
 public final class SortedValues {
     private final List<JsonNode> values;
 
-    @JsonCreator
+    /** Takes {@code values}, already sorted and distinct. */
     SortedValues(List<JsonNode> values) {
-        this.values = new ArrayList<>(values);
+        this.values = values instanceof ArrayList<JsonNode> list ? list : new ArrayList<>(values);
     }
 
     static SortedValues empty() {
-        return new SortedValues(List.of());
+        return new SortedValues(new ArrayList<>());
     }
 
     /**
@@ -50,7 +48,6 @@ public final class SortedValues {
         }
     }
 
-    @JsonValue
     public List<JsonNode> values() {
         return Collections.unmodifiableList(values);
     }
