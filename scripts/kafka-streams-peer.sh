@@ -19,7 +19,7 @@
 #
 #   KAFKA_STREAMS_PEER_HEAP       JVM heap, -Xms and -Xmx (default 1g)
 #   KAFKA_STREAMS_PEER_GC         the collector's options (default
-#                                 "-XX:+UseG1GC -XX:MaxGCPauseMillis=20")
+#                                 -XX:+UseParallelGC)
 #   KAFKA_STREAMS_PEER_JAVA_OPTS  more JVM options, after the defaults
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -59,7 +59,9 @@ if [ "${1:-}" = "--build-only" ]; then
 fi
 
 heap=${KAFKA_STREAMS_PEER_HEAP:-1g}
-gc=${KAFKA_STREAMS_PEER_GC:--XX:+UseG1GC -XX:MaxGCPauseMillis=20}
+# The throughput collector: on two cores G1's concurrent threads took CPU
+# from the stream threads (benches/peers/kafka-streams/README.md, "Tuning").
+gc=${KAFKA_STREAMS_PEER_GC:--XX:+UseParallelGC}
 # shellcheck disable=SC2206 # options are words by design
 jvm=("-Xms$heap" "-Xmx$heap" $gc -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true)
 # shellcheck disable=SC2206 # options are words by design

@@ -15,10 +15,15 @@ import org.apache.kafka.streams.kstream.KeyValueMapper;
 public final class KeyBy implements KeyValueMapper<String, RawJson, String> {
     private final JsonPointer pointer;
     private final String text;
+    /** The field name when the pointer names a top-level field, else null. */
+    private final String topLevel;
 
     public KeyBy(String pointer) {
         this.pointer = JsonPointer.compile(pointer);
         this.text = pointer;
+        this.topLevel = this.pointer.tail() != null && this.pointer.tail().matches()
+                ? this.pointer.getMatchingProperty()
+                : null;
     }
 
     /** The output field that carries the key: the pointer's last segment. */
@@ -28,7 +33,9 @@ public final class KeyBy implements KeyValueMapper<String, RawJson, String> {
 
     @Override
     public String apply(String key, RawJson value) {
-        JsonNode found = value == null ? null : Json.at(value.tree(), pointer);
+        JsonNode found = value == null ? null
+                : topLevel != null ? value.field(topLevel)
+                : Json.at(value.tree(), pointer);
         if (found == null) {
             throw new BadRecord("key field " + text + " is missing or null");
         }

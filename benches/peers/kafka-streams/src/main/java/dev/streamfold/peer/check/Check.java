@@ -46,6 +46,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *     [--quiet-for D] [--max-wait D]
  * Check verify-feed --bootstrap-servers S --input T --questions T --thanks T --other T
  * Check wait-done --bootstrap-servers S --group G --topics T1,T2 [--timeout D]
+ * Check delete-topics --bootstrap-servers S --prefix P
  * </pre>
  *
  * {@code produce} sends what {@code streamfold-loadgen produce} sends (the
@@ -59,6 +60,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * the topics to its end (the input, then the repartition topics) and
  * prints when that happened, timed from the first commit it saw: a
  * throughput figure for a run over a topic filled beforehand.
+ * {@code delete-topics} deletes the topics whose names start with P (a
+ * finished run's outputs and internal topics).
  */
 public final class Check {
     private Check() {}
@@ -81,6 +84,7 @@ public final class Check {
             case "verify-folds" -> verifyFolds(servers, o);
             case "verify-feed" -> verifyFeed(servers, o);
             case "wait-done" -> waitDone(servers, o);
+            case "delete-topics" -> deleteTopics(servers, o.get("--prefix"));
             default -> throw new IllegalArgumentException("unknown command " + args[0]);
         };
         System.exit(status);
@@ -198,6 +202,18 @@ public final class Check {
         }
         System.err.println("not done within " + o.getOrDefault("--timeout", "30m"));
         return 1;
+    }
+
+    private static int deleteTopics(String servers, String prefix) throws Exception {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", servers);
+        try (Admin admin = Admin.create(props)) {
+            List<String> topics = admin.listTopics().names().get().stream()
+                    .filter(t -> t.startsWith(prefix)).sorted().toList();
+            admin.deleteTopics(topics).all().get(60, TimeUnit.SECONDS);
+            System.err.println("deleted " + topics.size() + " topics: " + topics);
+        }
+        return 0;
     }
 
     private static byte[] bytes(String text) {
