@@ -38,7 +38,7 @@ done
 # One build at a time when several peers start together.
 mkdir -p "$project/target"
 exec 9>"$project/target/.build.lock"
-flock 9
+if command -v flock >/dev/null 2>&1; then flock 9; fi
 if [ ! -f "$jar" ] || [ ! -d "$project/target/lib" ] \
   || [ -n "$(find "$project/pom.xml" "$project/src/main" -newer "$jar" -print -quit)" ]; then
   echo "kafka-streams-peer.sh: building the Kafka Streams peer (mvn package in benches/peers/kafka-streams)" >&2
@@ -51,7 +51,6 @@ if [ ! -f "$jar" ] || [ ! -d "$project/target/lib" ] \
   # The jar is rewritten only when its classes changed: mark it current.
   touch "$jar"
 fi
-flock -u 9
 exec 9>&-
 
 if [ "${1:-}" = "--build-only" ]; then

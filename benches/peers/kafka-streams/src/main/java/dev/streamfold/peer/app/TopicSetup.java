@@ -4,9 +4,11 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import org.apache.kafka.clients.admin.Admin;
@@ -50,14 +52,14 @@ public final class TopicSetup {
             int partitions = waitFor(admin, o.input, waitForInput);
             List<NewTopic> wanted = new ArrayList<>();
             for (Output out : outputs) {
-                NewTopic topic = new NewTopic(out.topic(), java.util.Optional.of(partitions), java.util.Optional.empty());
+                NewTopic topic = new NewTopic(out.topic(), Optional.of(partitions), Optional.empty());
                 if (out.compact()) {
                     topic.configs(Map.of(TopicConfig.CLEANUP_POLICY_CONFIG, TopicConfig.CLEANUP_POLICY_COMPACT));
                 }
                 wanted.add(topic);
             }
             CreateTopicsResult created = admin.createTopics(wanted);
-            for (Map.Entry<String, ? extends java.util.concurrent.Future<Void>> e : created.values().entrySet()) {
+            for (Map.Entry<String, ? extends Future<Void>> e : created.values().entrySet()) {
                 try {
                     e.getValue().get(30, TimeUnit.SECONDS);
                     LOG.info("Created topic {} ({} partitions).", e.getKey(), partitions);
