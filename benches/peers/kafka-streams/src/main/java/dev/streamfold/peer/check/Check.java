@@ -18,6 +18,7 @@ import java.util.Map;
  * Check verify-feed --bootstrap-servers S --input T --questions T --thanks T --other T
  * Check wait-done --bootstrap-servers S --group G --topics T1,T2 [--timeout D]
  * Check delete-topics --bootstrap-servers S --prefix P
+ * Check latency --bootstrap-servers S --input T --output T [--bursts 200]
  * </pre>
  *
  * {@code produce} sends what {@code streamfold-loadgen produce} sends (the
@@ -32,14 +33,15 @@ import java.util.Map;
  * prints when that happened, timed from the first commit it saw: a
  * throughput figure for a run over a topic filled beforehand.
  * {@code delete-topics} deletes the topics whose names start with P (a
- * finished run's outputs and internal topics).
+ * finished run's outputs and internal topics). {@code latency} measures a
+ * running fold as the e2e benchmark measures streamfold ({@link Latency}).
  */
 public final class Check {
     private Check() {}
 
     public static void main(String[] args) throws Exception {
         if (args.length == 0) {
-            System.err.println("usage: Check produce|read|verify-folds|verify-feed|wait-done|delete-topics [options]");
+            System.err.println("usage: Check produce|read|verify-folds|verify-feed|wait-done|delete-topics|latency [options]");
             System.exit(2);
         }
         Map<String, String> o = new HashMap<>();
@@ -56,6 +58,7 @@ public final class Check {
             case "verify-feed" -> VerifyFeed.run(servers, o);
             case "wait-done" -> WaitDone.run(servers, o);
             case "delete-topics" -> Topics.deleteTopics(servers, o.get("--prefix"));
+            case "latency" -> Latency.run(servers, o);
             default -> throw new IllegalArgumentException("unknown command " + args[0]);
         };
         System.exit(status);

@@ -162,9 +162,9 @@ public final class FoldProcessor implements Processor<String, RawJson, String, J
 
     /** Closes the folds whose deadline has come, moves the others' timers. */
     private void punctuate(long now) {
-        // Collected first and handled after the iterator is closed: the
-        // handling writes to the store being iterated.
-        // The upper bound (inclusive) sorts after every entry due by now.
+        // Collected first and handled after the iterator is closed, as the
+        // handling writes to the store being iterated. The range's upper
+        // bound (inclusive) sorts after every entry due by now.
         List<Bytes> due = new ArrayList<>();
         try (KeyValueIterator<Bytes, byte[]> it = timers.range(null, timerKey(saturatingAdd(now, 1), ""))) {
             while (it.hasNext() && due.size() < TIMERS_PER_PUNCTUATION) {
