@@ -34,7 +34,7 @@ use rdkafka::{ClientContext, Statistics};
 
 use super::admin::Layout;
 use super::batch::{self, BATCH, Input, InputKind, Polled, Scratch, Shared};
-use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, GAUGES, Positions};
+use super::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, GAUGES};
 use super::commit::{
     CommitCycle, CommitError, CycleTask, FaultPoint, Faults, Produce, Refusal, TaskCursor,
     Transactions,
@@ -872,20 +872,7 @@ impl Engine {
         if awaiting.is_empty() {
             return Ok(());
         }
-        // The inputs, and the changelog partitions: the group commits,
-        // with every transaction, where each changelog's last committed
-        // writer ended (`super::changelog`).
-        let mut partitions = self.partitions_of(&awaiting);
-        let changelogs: Vec<String> = self
-            .topology
-            .stores()
-            .map(|s| s.changelog_topic.clone())
-            .collect();
-        for &task in &awaiting {
-            for topic in &changelogs {
-                partitions.add_partition(topic, task);
-            }
-        }
+        let partitions = self.partitions_of(&awaiting);
         let list = match consumer.committed_offsets(partitions, Duration::from_millis(500)) {
             Ok(list) => list,
             Err(error) => {
@@ -898,20 +885,14 @@ impl Engine {
             }
         };
         self.cycle.txn.journal_fetched(&list);
-        let inputs: Vec<String> = self.inputs.iter().map(|i| i.topic.clone()).collect();
         for task in awaiting {
             let mut committed = vec![None; self.inputs.len()];
-            let mut positions = Positions::default();
-            let mut changelog_ends = BTreeMap::new();
             for element in list.elements().iter().filter(|e| e.partition() == task) {
                 let Offset::Offset(o) = element.offset() else {
                     continue;
                 };
                 if let Some(i) = self.input_of(element.topic()) {
                     committed[i] = Some(o);
-                    positions.0.insert((element.topic().to_string(), task), o);
-                } else if changelogs.iter().any(|c| c == element.topic()) {
-                    changelog_ends.insert(element.topic().to_string(), o);
                 }
             }
             if let Err(error) =
@@ -951,13 +932,7 @@ impl Engine {
             slot.awaiting_offsets = false;
             slot.cursor.positions.clone_from(&committed);
             slot.cursor.committed = committed;
-            self.restorer.add(
-                task,
-                &slot.cursor.changelog_offsets.0,
-                positions,
-                changelog_ends,
-                inputs.clone(),
-            )?;
+            self.restorer.add(task, &slot.cursor.changelog_offsets.0)?;
         }
         Ok(())
     }

@@ -9,12 +9,10 @@
 //!    the tasks emit them;
 //! 3. **changelog** — at commit, every running task's pending state changes
 //!    go to its changelog partitions, collapsed per key, each stamped with
-//!    the transaction, where the task's changelogs' last committed writers
-//!    ended, and the task's input positions (see [`super::changelog`]);
+//!    the task's event time (see [`super::changelog`]);
 //! 4. **offsets** — once every record is acknowledged, the tasks' input
-//!    positions and, per changelog partition, the offset after its last
-//!    committed writer's records join the transaction
-//!    (`send_offsets_to_transaction` with the consumer's group metadata);
+//!    positions join the transaction (`send_offsets_to_transaction` with
+//!    the consumer's group metadata);
 //! 5. **commit** — the transaction commits;
 //! 6. **apply** — only now are each task's pending changes written to its
 //!    store, in one RocksDB batch with the changelog offsets they reached
@@ -44,11 +42,11 @@
 //! | commit | committed | one commit behind | restore replays the changelog tail from the stored changelog offsets, so the store catches up |
 //! | apply | committed | current | nothing to do |
 //!
-//! On a broker that hides aborted transactions from read_committed readers
-//! (Apache Kafka) nothing of an aborted transaction is ever seen. On one
-//! that shows them (nisshi 0.7.0, DESIGN §9), downstream readers see the
-//! aborted transaction's outputs, and restore tells its changelog records
-//! apart by the writer chain and the position rule ([`super::restore`]).
+//! Read_committed readers (downstream consumers, and the restore of
+//! [`super::restore`]) never see anything of an aborted transaction:
+//! Apache Kafka hides its records and compacts below the last stable
+//! offset only. streamfold relies on that; a broker that shows aborted
+//! records to read_committed readers cannot give exactly-once.
 //!
 //! # Testing hooks
 //!
@@ -74,8 +72,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::RuntimeError;
 use super::changelog::{
-    BASE_HEADER, CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, EVENT_TIME_HEADER, GAUGES,
-    POSITION_HEADER, Positions, TXN_HEADER,
+    CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, EVENT_TIME_HEADER, GAUGES, TXN_HEADER,
 };
 use crate::task::limits::{Acceptance, Limits, TooLarge, TopicLimits, record_size};
 use crate::task::{DeadLetter, Task, dlq_headers};
@@ -1191,51 +1188,17 @@ impl CommitCycle {
         for (item, entries) in collected {
             let mut entries = entries?;
             let mut dropped = Vec::new();
-            let positions = Positions(
-                item.cursor
-                    .positions
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, p)| p.map(|p| ((self.inputs[i].clone(), item.id), p)))
-                    .collect(),
-            );
             if !entries.is_empty() {
-                // The stamps of the position rule and the writer chain,
-                // then the transaction (last: the size check reserves
-                // room for it rather than counting it). The bases go on
-                // the first record of each changelog partition only: a
-                // restore reads them where a transaction begins.
-                let stamps = |bases: bool| {
-                    let mut stamps = vec![
-                        (POSITION_HEADER.to_string(), positions.encode()),
-                        (
-                            EVENT_TIME_HEADER.to_string(),
-                            item.task.clocks().event.to_string().into_bytes(),
-                        ),
-                    ];
-                    if bases {
-                        stamps.push((
-                            BASE_HEADER.to_string(),
-                            item.cursor.changelog_offsets.encode(),
-                        ));
-                    }
-                    stamps.push((TXN_HEADER.to_string(), self.txn.txn_label().into_bytes()));
-                    stamps
-                };
-                let (first, rest) = (stamps(true), stamps(false));
-                let mut based = vec![false; self.changelogs.len()];
+                // The task's event time, so a restore elsewhere resumes
+                // its clock. (A stamping run adds the transaction last,
+                // which the size check reserves room for.)
+                let header = [(
+                    EVENT_TIME_HEADER.to_string(),
+                    item.task.clocks().event.to_string().into_bytes(),
+                )];
                 for entry in &mut entries {
                     let (topic, tracked) = self.changelogs[entry.store].clone();
-                    let header = if std::mem::replace(&mut based[entry.store], true) {
-                        &rest
-                    } else {
-                        &first
-                    };
-                    let size = record_size(
-                        Some(&entry.key),
-                        entry.value.as_deref(),
-                        &header[..header.len() - 1],
-                    );
+                    let size = record_size(Some(&entry.key), entry.value.as_deref(), &header);
                     if let Err(too_large) = self.txn.limits.check(&topic, size) {
                         self.drop_state(entry, &too_large)
                             .map_err(RuntimeError::Commit)?;
@@ -1247,40 +1210,27 @@ impl CommitCycle {
                             partition: Some(item.id),
                             key: Some(&entry.key),
                             payload: entry.value.as_deref(),
-                            headers: header,
+                            headers: &header,
                             timestamp: Some(now),
                             tracked,
                         })
                         .map_err(RuntimeError::Commit)?;
                 }
             }
-            offsets.extend(positions.0.into_iter().map(|((topic, p), o)| (topic, p, o)));
+            offsets.extend(
+                item.cursor
+                    .positions
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, p)| p.map(|p| (self.inputs[i].clone(), item.id, p))),
+            );
+
             pending.push((item, entries, dropped));
         }
         CommitPhase::Changelog.took(started.elapsed());
-        // Each changelog partition's committed offset: after this
-        // transaction's records if it wrote any, else where the last
-        // committed writer ended (see `super::changelog`).
-        let changelogs: Vec<(i32, ChangelogOffsets)> = pending
-            .iter()
-            .map(|(item, _, _)| (item.id, item.cursor.changelog_offsets.clone()))
-            .collect();
         let delivered = self
             .txn
-            .commit(consumer, |delivered| {
-                for (task, ends) in changelogs {
-                    for (topic, _) in &self.changelogs {
-                        let end = delivered
-                            .get(&(topic.clone(), task))
-                            .map(|last| last + 1)
-                            .or_else(|| ends.0.get(topic).copied());
-                        if let Some(end) = end {
-                            offsets.push((topic.clone(), task, end));
-                        }
-                    }
-                }
-                offsets_list(offsets)
-            })
+            .commit(consumer, |_| offsets_list(offsets))
             .map_err(RuntimeError::Commit)?;
         // Committed in Kafka; a crash from here on leaves local state one
         // commit behind, which restore replays.
@@ -1391,10 +1341,46 @@ impl CommitCycle {
     ) -> Result<(), RuntimeError> {
         for (i, committed) in cursor.committed.iter().enumerate() {
             let offset = committed.map_or(self.resets[i], Offset::Offset);
-            consumer.seek(&self.inputs[i], task, offset, Duration::from_secs(10))?;
+            seek(consumer, &self.inputs[i], task, offset)?;
         }
         cursor.positions = cursor.committed.clone();
         Ok(())
+    }
+}
+
+/// Seeks `topic` `partition` to `offset`. librdkafka refuses a seek of a
+/// partition it is not fetching (`Erroneous state`): one the group took
+/// away (a rebalance, or a fenced or expired member) is left alone, since
+/// its task is closed when the revocation is served and nothing of it is
+/// processed meanwhile; one still assigned but not fetching yet (an
+/// assignment being applied) is asked again for a while.
+fn seek<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+    offset: Offset,
+) -> Result<(), KafkaError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let error = match consumer.seek(topic, partition, offset, Duration::from_secs(10)) {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        let assigned = consumer
+            .assignment()
+            .is_ok_and(|list| list.find_partition(topic, partition).is_some());
+        if !assigned {
+            tracing::info!(topic, partition, %error, "Not seeking a partition no longer assigned; its task closes with the revocation.");
+            return Ok(());
+        }
+        let state = matches!(
+            &error,
+            KafkaError::Seek(message) if message.contains("Erroneous state")
+        );
+        if !state || Instant::now() >= deadline {
+            return Err(error);
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
