@@ -335,12 +335,6 @@ pub(crate) const TRANSACTIONS_ABORTED: &str = "streamfold_transactions_aborted_t
 pub(crate) const ABORT_DURATION: &str = "streamfold_transaction_abort_duration_seconds";
 /// Changelog records applied while restoring state.
 pub(crate) const RESTORE_RECORDS: &str = "streamfold_restore_records_restored_total";
-/// Changelog records skipped while restoring (written by transactions that
-/// did not commit).
-pub(crate) const RESTORE_SKIPPED: &str = "streamfold_restore_records_skipped_total";
-/// Changelog records applied during restore although the position rule
-/// could not verify their transaction (an input without committed offset).
-pub(crate) const RESTORE_UNVERIFIED: &str = "streamfold_restore_records_unverified_total";
 /// Changelog records left to restore.
 pub(crate) const RESTORE_REMAINING: &str = "streamfold_restore_records_remaining";
 /// Consumer lag per input partition, from librdkafka statistics.
