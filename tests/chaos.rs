@@ -29,7 +29,7 @@ use std::time::Duration;
 use rand::Rng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
-use support::chaos::{Event, Scenario, Settings, rng};
+use support::chaos::{Event, REFUSALS, SESSION_TIMEOUT, Scenario, Settings, feed_during, rng};
 use support::*;
 
 use streamfold::testkit::article::METRICS;
@@ -836,5 +836,94 @@ fn a_broker_down_during_startup_is_waited_for() {
     assert!(
         log.contains("The cluster checks failed on a broker that stopped answering; trying again."),
         "the checks never met the broker down, so nothing was tested; log:\n{log}"
+    );
+}
+
+/// A real network partition (KIP-447): an instance in its own network
+/// namespace is cut off from the broker while it runs, for longer than the
+/// session timeout, so the group gives its tasks to the other; then the
+/// link heals. The zombie still holds an open transaction, whose commit
+/// goes out with the old group generation: the broker must refuse it
+/// (`ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`, or its producer fenced), and
+/// every event is in exactly one committed folded event. The cut is
+/// shorter than the commit cycle's timeouts (30 s), so the zombie's
+/// requests are still waiting when the link comes back; a cut that found
+/// no transaction open is tried again, up to five times.
+#[test]
+fn a_network_partition_makes_a_zombie_whose_late_commit_the_broker_refuses() {
+    let _serial = serial();
+    assert!(
+        netns_available(),
+        "network namespaces are needed (root and iproute2)"
+    );
+    let settings = Settings {
+        seed: 5,
+        events: 20_000,
+        faults: 0,
+        instances: 2,
+        partitions: true,
+        ..Settings::default()
+    };
+    let test = "a_network_partition_makes_a_zombie_whose_late_commit_the_broker_refuses";
+    let mut rng = rng(&settings);
+    let mut scenario = Scenario::new(test, "social-metrics.yaml", settings.clone());
+    let source = scenario.source("POST_METRICS_TOPIC", "partition-posts");
+    let folded = scenario.topic("FOLDED_TOPIC", "partition-folded");
+    let dlq = scenario.topic("DEAD_LETTER_TOPIC", "partition-dlq");
+    scenario.repartition("fold_account");
+    scenario.env("FOLD_QUIET_FOR", "1s");
+    scenario.env("FOLD_MAX_WAIT", "10s");
+    scenario.env("FOLD_MAX_EVENTS", "20");
+    let topic = folded.clone();
+    scenario.finished = Box::new(move |kafka, input| {
+        let folded: u64 = kafka
+            .read(&topic)
+            .iter()
+            .map(|r| r.json()["folded_count"].as_u64().unwrap_or(0))
+            .sum();
+        folded >= input.len() as u64
+    });
+    let input: Vec<Event> = (0..settings.events)
+        .map(|i| social_event(&mut rng, i, &source))
+        .collect();
+    let mut instances = scenario.start();
+    // The input flows the whole time (about 2 minutes).
+    let feeding = feed_during(
+        &scenario.kafka.client(),
+        input.clone(),
+        Duration::from_secs(120),
+    );
+    std::thread::sleep(Duration::from_secs(15));
+    let zombie = instances.ids()[0].clone();
+    let mut refused = None;
+    for attempt in 1..=5 {
+        let before = instances.log(&zombie).len();
+        let cut = SESSION_TIMEOUT + Duration::from_secs(3);
+        let told = instances.partition(&zombie, cut);
+        eprintln!("  attempt {attempt}: {told}");
+        let log = instances.log(&zombie);
+        refused = log[before.min(log.len())..]
+            .lines()
+            .find(|l| REFUSALS.iter().any(|r| l.contains(r)))
+            .map(str::to_string);
+        if refused.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    let (feed, _) = feeding.join().unwrap();
+    scenario.settle(&instances, &feed, &input);
+    assert_no_dead_letters(&scenario, &dlq);
+    judge_social(&scenario.kafka.read(&folded), &input);
+    let refused = refused.unwrap_or_else(|| {
+        panic!(
+            "no commit of the zombie was refused by the broker in five partitions; its log:\n{}",
+            instances.log(&zombie)
+        )
+    });
+    eprintln!("{test}: the broker refused the zombie's late commit: {refused}");
+    eprintln!(
+        "{test}: judged {} input records strictly: nothing lost, nothing twice",
+        input.len()
     );
 }

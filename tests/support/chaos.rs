@@ -40,7 +40,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde_json::{Value, json};
 
 use super::admin::create_topic_on;
-use super::app::{App, AppConfig, streamfold_binary};
+use super::app::{App, AppConfig};
 use super::broker::{Broker, BrokerOptions};
 use super::consumer::{Consumed, group_committed_on, partition_count_on, read_to_end_on};
 use super::netns::{Netns, Network};
@@ -424,6 +424,16 @@ impl Instances {
         id
     }
 
+    /// The ids of the running instances.
+    pub fn ids(&self) -> Vec<String> {
+        self.members.keys().cloned().collect()
+    }
+
+    /// The log of instance `id` so far.
+    pub fn log(&self, id: &str) -> String {
+        self.members[id].app.log_text()
+    }
+
     fn pick(&self, rng: &mut StdRng) -> String {
         let ids: Vec<&String> = self.members.keys().collect();
         ids[rng.random_range(0..ids.len())].clone()
@@ -482,7 +492,7 @@ impl Instances {
     /// Cuts instance `id` off for `cut`, then heals the link and waits for
     /// what the zombie says once it hears from the brokers again: its
     /// commits refused, its tasks given away.
-    fn partition(&mut self, id: &str, cut: Duration) -> String {
+    pub fn partition(&mut self, id: &str, cut: Duration) -> String {
         let namespaces = self.namespaces.as_ref().expect("a run with partitions");
         let netns = &namespaces[id];
         let app = &self.members[id].app;
@@ -646,15 +656,34 @@ impl Instances {
     }
 }
 
-/// What a zombie's log says once it learns, after a partition or a long
-/// freeze, that the group or the transaction coordinator moved on.
-pub const ZOMBIE_SIGNS: [&str; 6] = [
-    "fenced",
-    "Fenced",
+/// What a zombie's log says once it hears from the brokers again, after a
+/// partition or a long freeze: its commit refused for a stale generation
+/// or member (KIP-447), its producer fenced, its tasks given away.
+pub const ZOMBIE_SIGNS: [&str; 8] = [
     "ILLEGAL_GENERATION",
     "UNKNOWN_MEMBER_ID",
     "FENCED_INSTANCE_ID",
-    "revoked",
+    "IllegalGeneration",
+    "UnknownMemberId",
+    "FencedInstanceId",
+    "fenced",
+    "Task closed.",
+];
+
+/// What the broker refusing a zombie's commit or produce looks like in
+/// its log: librdkafka's names of the errors (KIP-447's generation and
+/// member checks, and a producer fenced by a newer epoch).
+pub const REFUSALS: [&str; 10] = [
+    "ILLEGAL_GENERATION",
+    "UNKNOWN_MEMBER_ID",
+    "FENCED_INSTANCE_ID",
+    "PRODUCER_FENCED",
+    "INVALID_PRODUCER_EPOCH",
+    "IllegalGeneration",
+    "UnknownMemberId",
+    "FencedInstanceId",
+    "ProducerFenced",
+    "InvalidProducerEpoch",
 ];
 
 /// What one process's log says of its tasks.
@@ -958,15 +987,24 @@ impl Scenario {
     }
 
     /// A fresh output topic named after `prefix`, passed to the topology as
-    /// `var`.
+    /// `var`, created here without compaction (whatever the sink says), so
+    /// that the judge reads every committed record, not only the latest of
+    /// each key. The changelogs stay compacted, as in production.
     pub fn topic(&mut self, var: &str, prefix: &str) -> String {
         let topic = unique(prefix);
         self.env(var, &topic);
+        create_topic_on(
+            &self.kafka.client(),
+            &topic,
+            PARTITIONS,
+            &[("cleanup.policy", "delete")],
+        );
         topic
     }
 
     pub fn source(&mut self, var: &str, prefix: &str) -> String {
-        let topic = self.topic(var, prefix);
+        let topic = unique(prefix);
+        self.env(var, &topic);
         self.kafka.create_topic(&topic, PARTITIONS);
         self.sources.push(topic.clone());
         topic
@@ -977,9 +1015,20 @@ impl Scenario {
             .push(format!("{}-{node}-repartition", self.app));
     }
 
+    /// Starts the instances of the scenario's settings.
+    pub fn start(&mut self) -> Instances {
+        self.env("STREAMFOLD_APP", &self.app.clone());
+        self.env(
+            "KAFKA_BOOTSTRAP_SERVERS",
+            &self.kafka.broker.bootstrap.clone(),
+        );
+        let topology = repo().join("topologies").join(self.topology);
+        Instances::start(&self.kafka, &topology, self.env.clone(), &self.settings)
+    }
+
     /// Waits until everything fed so far (`input`) is processed and
     /// committed.
-    fn settle(&self, instances: &Instances, feed: &Feed, input: &[Event]) {
+    pub fn settle(&self, instances: &Instances, feed: &Feed, input: &[Event]) {
         for source in &self.sources {
             instances.wait_committed(&self.kafka, &self.app, source, &feed.ends(source));
         }
@@ -1055,14 +1104,7 @@ impl Scenario {
         tail: Vec<Event>,
         judge: impl Fn(&Scenario, &[Event]),
     ) {
-        self.env("STREAMFOLD_APP", &self.app.clone());
-        self.env(
-            "KAFKA_BOOTSTRAP_SERVERS",
-            &self.kafka.broker.bootstrap.clone(),
-        );
-        let topology = repo().join("topologies").join(self.topology);
-        let mut instances =
-            Instances::start(&self.kafka, &topology, self.env.clone(), &self.settings);
+        let mut instances = self.start();
         let feed = self.chaos(&mut instances, rng, input.clone());
         self.settle(&instances, &feed, &input);
         judge(&self, &input);
@@ -1132,17 +1174,4 @@ impl Scenario {
 /// A seeded generator for a run's input and schedule.
 pub fn rng(settings: &Settings) -> StdRng {
     StdRng::seed_from_u64(settings.seed)
-}
-
-/// The path of `streamfold describe` for a topology (for tests that need
-/// its internal topics).
-pub fn describe(topology: &Path, env: &[(String, String)]) -> String {
-    let described = std::process::Command::new(streamfold_binary())
-        .arg("describe")
-        .arg(topology)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .output()
-        .unwrap();
-    assert!(described.status.success(), "{described:?}");
-    String::from_utf8(described.stdout).unwrap()
 }
