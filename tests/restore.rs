@@ -407,33 +407,37 @@ fn restored(log: &str) -> u64 {
         .sum()
 }
 
-/// Scenario 3 of issue 8, second half: a changelog whose cleanup policy is
-/// `delete` loses old state to retention, so a restore from it would be
-/// silently incomplete. Startup refuses it and says how to fix it.
+/// A changelog whose cleanup policy lets retention delete records
+/// (`delete`, or `compact,delete`) loses old state, so a restore from it
+/// would be silently incomplete. Startup refuses it and says how to fix it.
 #[test]
 fn a_changelog_that_is_not_compacted_is_refused_at_startup() {
-    let _serial = serial();
-    let dir = temp_dir();
-    let app = unique("sf-delete-policy");
-    let source = unique("post-metric-updated");
-    create_topic(&source, 4);
-    let changelog = format!("{app}-fold_account-open-changelog");
-    create_topic_with(&changelog, 4, &[("cleanup.policy", "delete")]);
-    let started = App::start(
-        &config(
-            topology(dir.path(), &app, &source, true),
-            dir.path().join("state"),
-        ),
-        dir.path(),
-    );
-    let (status, log) = started.wait_exit(Duration::from_secs(60));
-    assert!(!status.success(), "{log}");
-    assert!(
-        log.contains(&format!(
-            "changelog topics must be compacted, or retention deletes state a restore needs: `{changelog}` (cleanup.policy=delete)"
-        )) && log.contains("--add-config cleanup.policy=compact"),
-        "the error names the topic and the fix; log:\n{log}"
-    );
+    // `compact,delete` compacts, and also deletes by retention what a
+    // restore from scratch needs.
+    for policy in ["compact,delete", "delete"] {
+        let _serial = serial();
+        let dir = temp_dir();
+        let app = unique("sf-delete-policy");
+        let source = unique("post-metric-updated");
+        create_topic(&source, 4);
+        let changelog = format!("{app}-fold_account-open-changelog");
+        create_topic_with(&changelog, 4, &[("cleanup.policy", policy)]);
+        let started = App::start(
+            &config(
+                topology(dir.path(), &app, &source, true),
+                dir.path().join("state"),
+            ),
+            dir.path(),
+        );
+        let (status, log) = started.wait_exit(Duration::from_secs(60));
+        assert!(!status.success(), "{policy}: {log}");
+        assert!(
+            log.contains(&format!(
+                "changelog topics must be compacted only, or retention deletes state a restore needs: `{changelog}` (cleanup.policy={policy})"
+            )) && log.contains("cleanup.policy=compact"),
+            "{policy}: the error names the topic and the fix; log:\n{log}"
+        );
+    }
 }
 
 /// Scenario 8 of issue 8: event time travels with the changelog. An

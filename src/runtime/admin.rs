@@ -492,11 +492,10 @@ fn wait_for_topics(
 }
 
 /// Refuses existing changelog topics whose `cleanup.policy` is not
-/// `compact`: under `delete`, retention removes old records, and a restore
-/// from scratch would silently rebuild only the state written within the
-/// retention period. A broker that does not report the setting (nisshi
-/// returns no entries for topics created without explicit configs) cannot
-/// be checked, and is let through.
+/// `compact` alone: under `delete`, and `compact,delete` too, retention
+/// removes old records, and a restore from scratch would silently rebuild
+/// only the state written within the retention period. A broker that does
+/// not report the setting cannot be checked, and is let through.
 fn refuse_uncompacted_changelogs(
     admin: &AdminClient<DefaultClientContext>,
     changelogs: &[String],
@@ -505,7 +504,7 @@ fn refuse_uncompacted_changelogs(
     let mut refused = Vec::new();
     for topic in changelogs {
         match configs.get(topic).and_then(|c| c.get("cleanup.policy")) {
-            Some(policy) if !policy.split(',').any(|p| p.trim() == "compact") => {
+            Some(policy) if policy.split(',').any(|p| p.trim() != "compact") => {
                 refused.push(format!("`{topic}` (cleanup.policy={policy})"));
             }
             Some(_) => {}
@@ -521,7 +520,7 @@ fn refuse_uncompacted_changelogs(
         return Ok(());
     }
     Err(RuntimeError::Startup(format!(
-        "changelog topics must be compacted, or retention deletes state a restore needs: {}. \
+        "changelog topics must be compacted only, or retention deletes state a restore needs: {}. \
          Fix each with `kafka-configs.sh --bootstrap-server <servers> --alter --entity-type topics \
          --entity-name <topic> --add-config cleanup.policy=compact` and start again.",
         refused.join(", ")
