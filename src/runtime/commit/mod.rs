@@ -1041,6 +1041,15 @@ impl Transactions {
                 CommitError::Aborted(m) => CommitError::Fatal(format!("abort failed: {m}")),
                 fatal => fatal,
             })?;
+        } else if self.flush_promptly(TXN_TIMEOUT).is_err() {
+            // Without a transaction there is nothing to abort, but what the
+            // failed cycle sent is still in flight: its delivery reports
+            // belong to this cycle, not to the next one, which they would
+            // fail (or whose changelog offsets they would move). Records
+            // still unanswered after the wait (a broker down) are reported
+            // later; at least once, the worst they do is fail a cycle that
+            // is then redone.
+            tracing::warn!("Records of the failed cycle are still unacknowledged after 30 s.");
         }
         self.began = None;
         let deliveries = std::mem::take(&mut *self.deliveries());
@@ -1480,6 +1489,58 @@ mod tests {
         })
         .unwrap();
         assert!(txn.commit(&consumer, |_| TopicPartitionList::new()).is_ok());
+    }
+
+    /// At least once, an abort waits for the records still in flight, so
+    /// their delivery reports (here a failure) belong to the attempt that
+    /// sent them, not to the next cycle, which commits.
+    #[test]
+    fn an_at_least_once_abort_waits_for_what_is_in_flight() {
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("out", 1, 1).unwrap();
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("message.send.max.retries", "0");
+        let mut txn = Transactions::new(
+            &config,
+            false,
+            &TestHooks::default(),
+            TopicLimits::default(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        let consumer: BaseConsumer = config.clone().set("group.id", "g").create().unwrap();
+        let record = |payload: &'static [u8]| Produce {
+            topic: "out",
+            partition: Some(0),
+            key: Some(b"k"),
+            payload: Some(payload),
+            headers: &[],
+            timestamp: None,
+            tracked: 0,
+        };
+        // Connected, with the partition's leader known.
+        txn.send(record(b"warm-up")).unwrap();
+        assert!(txn.commit(&consumer, |_| TopicPartitionList::new()).is_ok());
+
+        // The next produce fails, and its answer takes 500 ms.
+        mock.broker_round_trip_time(1, Duration::from_millis(500))
+            .unwrap();
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS],
+        );
+        txn.send(record(b"failed attempt")).unwrap();
+        txn.abort().unwrap();
+
+        mock.broker_round_trip_time(1, Duration::ZERO).unwrap();
+        txn.send(record(b"next cycle")).unwrap();
+        let next = txn.commit(&consumer, |_| TopicPartitionList::new());
+        assert!(next.is_ok(), "the next cycle commits: {next:?}");
     }
 
     /// A record the broker refuses for good (INVALID_RECORD: a keyless
