@@ -747,6 +747,17 @@ fn a_frozen_instance_whose_transaction_timed_out_stops_when_it_wakes_and_does_no
     replaced_while_frozen("zombiet", Some(("batch:freeze@2", true)), true);
 }
 
+/// The same with dynamic membership: no group answer tells the woken
+/// zombie that its instance id was taken, and its producer's fencing looks
+/// like the coordinator's abort of an overdue transaction. It must still
+/// not start a producer again (which would fence its successor, who would
+/// then stop for good): the group's members tell it another process runs
+/// with its id.
+#[test]
+fn a_frozen_dynamic_member_whose_transaction_timed_out_stops_and_its_successor_goes_on() {
+    replaced_while_frozen("zombiedt", Some(("batch:freeze@2", true)), false);
+}
+
 /// A static member frozen mid-stream (by SIGSTOP once it has folded
 /// something, or by `freeze`, a fault injected into its commit cycle) and
 /// replaced by a process with the same instance id; when it wakes it must

@@ -233,6 +233,17 @@ fn run_member(
                 reason,
             )))
         }
+        Err(RuntimeError::Commit(CommitError::Fatal(reason))) => {
+            let client_id = consumer_config.get("client.id").unwrap_or_default();
+            let replaced = replaced_in_group(&consumer, &topology.name, client_id, verdict_wait);
+            Err(RuntimeError::Commit(match replaced {
+                Some(successor) => CommitError::Fenced(format!(
+                    "another member of the group runs with this instance's id ({successor}) \
+                     after the producer failed: {reason}"
+                )),
+                None => CommitError::Fatal(reason),
+            }))
+        }
         other => other,
     };
     // Dropping the consumer leaves the group; its revoke callback finds no
@@ -278,6 +289,51 @@ fn membership_verdict<C: ConsumerContext>(
             return CommitError::Fatal(reason);
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether a dynamic member whose producer failed was replaced by another
+/// process with its instance id; if so, that member's description. The
+/// producer cannot tell (its fencing by a successor and the coordinator's
+/// abort of an overdue transaction are reported alike), and the group has
+/// no instance ids to refuse, but its members carry their client id,
+/// `<app>-<instance id>`: another member with this instance's client id is
+/// a successor, which a new producer of this process would fence.
+fn replaced_in_group<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    group: &str,
+    client_id: &str,
+    wait: Duration,
+) -> Option<String> {
+    // SAFETY: the handle is the live consumer's; librdkafka returns a copy
+    // of the member id (or null), which is freed with its allocator.
+    let own = unsafe {
+        let raw = rdkafka::bindings::rd_kafka_memberid(consumer.client().native_ptr());
+        if raw.is_null() {
+            String::new()
+        } else {
+            let id = std::ffi::CStr::from_ptr(raw).to_string_lossy().into_owned();
+            rdkafka::bindings::rd_kafka_mem_free(std::ptr::null_mut(), raw.cast());
+            id
+        }
+    };
+    let deadline = Instant::now() + wait;
+    loop {
+        if let Ok(groups) = consumer.fetch_group_list(Some(group), Duration::from_secs(5)) {
+            let successor = groups
+                .groups()
+                .iter()
+                .flat_map(|g| g.members())
+                .find(|m| m.client_id() == client_id && m.id() != own)
+                .map(|m| format!("member {} on {}", m.id(), m.client_host()));
+            if successor.is_some() {
+                return successor;
+            }
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 
