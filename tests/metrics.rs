@@ -355,9 +355,13 @@ fn every_counter_is_exported_at_zero_before_any_input() {
             ("topology", topology),
             ("partition", &partition.to_string()),
         ]);
-        for name in ["streamfold_restore_records_restored_total"] {
-            expect(&text, name, &l, Some(0.0), &mut problems);
-        }
+        expect(
+            &text,
+            "streamfold_restore_records_restored_total",
+            &l,
+            Some(0.0),
+            &mut problems,
+        );
     }
     // Gauges of a fold are the fold's only.
     let gauge_nodes: BTreeSet<String> = series(&text, "streamfold_fold_open_folds")

@@ -136,3 +136,106 @@ fn a_hundred_thousand_overdue_folds_fire_in_bounded_rounds_after_a_restart() {
     eprintln!("peak RSS while firing {ACCOUNTS} overdue timers: {peak_mib} MiB");
     assert!(peak_mib < 512, "peak RSS {peak_mib} MiB");
 }
+
+/// An event-time jump: every key's fold opened at `t0`, then a stream of
+/// records a day later. Each record advances the task's event clock past
+/// every deadline and fires a bounded number of timers; a batch of such
+/// records must not close every fold in one transaction: timers that come
+/// due on the event clock fire at most [`TIMERS_PER_TRANSACTION`] per task
+/// and transaction, as punctuation does, and each fold still comes out
+/// exactly once.
+#[test]
+fn an_event_time_jump_closes_its_folds_over_bounded_transactions() {
+    const KEYS: u64 = 30_000;
+    /// The runtime's bound, per task and transaction.
+    const TIMERS_PER_TRANSACTION: usize = 10_000;
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-jump");
+    let source = unique("jump-events");
+    // One partition: one task, so every fold is due on one event clock.
+    create_topic(&source, 1);
+    let path = dir.path().join("topology.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: {app}
+kafka: {{ bootstrap_servers: 'unused:9092' }}
+processing: {{ commit_interval: 2s }}
+sources:
+  events: {{ topic: {source}, format: json, timestamp: /at }}
+nodes:
+  fold_key:
+    type: fold
+    input: events
+    fields:
+      n: {{ rule: count }}
+    quiet_for: 1m
+    clock: event
+sinks:
+  folded: {{ topic: {app}-folded, input: fold_key, create: true }}
+dead_letter: {{ topic: {app}-dlq }}
+"
+        ),
+    )
+    .unwrap();
+    let t0 = 1_735_689_600_000i64;
+    let producer = TestProducer::new();
+    for i in 0..KEYS {
+        producer.send_json(&source, &format!("k{i}"), &json!({"at": t0}));
+    }
+    // A day later: enough records to fire every timer at 1,024 a record.
+    for i in 0..100 {
+        producer.send_json(
+            &source,
+            &format!("late{i}"),
+            &json!({"at": t0 + 86_400_000}),
+        );
+    }
+    producer.flush();
+    let end = producer.ends(&source, 1);
+    let running = App::start(
+        &AppConfig {
+            topology: path,
+            instance: "a".into(),
+            state_dir: dir.path().join("state"),
+            env: Vec::new(),
+            txn_header: true,
+            args: Vec::new(),
+        },
+        dir.path(),
+    );
+    wait_committed_to(&running, &app, &source, &end, Duration::from_secs(300));
+    running.wait_metric_present(
+        "streamfold_node_records_out_total",
+        Duration::from_secs(300),
+        |n| n >= KEYS as f64,
+    );
+    running.stop();
+    let folded = read_to_end(&format!("{app}-folded"), Duration::from_secs(120));
+    let mut per_key: BTreeMap<String, usize> = BTreeMap::new();
+    let mut per_transaction: BTreeMap<String, usize> = BTreeMap::new();
+    for record in &folded {
+        *per_key.entry(record.key.clone().unwrap()).or_default() += 1;
+        *per_transaction
+            .entry(record.header("streamfold.txn").unwrap().to_string())
+            .or_default() += 1;
+    }
+    let opened: Vec<String> = (0..KEYS).map(|i| format!("k{i}")).collect();
+    assert!(
+        opened.iter().all(|k| per_key.get(k) == Some(&1)),
+        "every fold of t0 once: {} keys, {} records",
+        per_key.len(),
+        folded.len()
+    );
+    let largest = per_transaction.values().max().copied().unwrap_or(0);
+    eprintln!(
+        "{} folded events in {} transactions, at most {largest} in one",
+        folded.len(),
+        per_transaction.len()
+    );
+    assert!(
+        largest <= TIMERS_PER_TRANSACTION,
+        "{largest} folds closed in one transaction"
+    );
+}
