@@ -105,9 +105,8 @@ impl Driver {
     fn commit(&mut self, task: &mut Task) {
         self.emitted += self.outputs.len() as u64;
         self.outputs.clear();
-        let state = task.state();
-        let entries = state.changelog().unwrap();
-        state.committed(entries, &[]).unwrap();
+        let entries = task.state().changelog().unwrap();
+        task.committed(entries, &[]).unwrap();
     }
 
     /// Commits what is left; the records emitted in all.

@@ -803,10 +803,22 @@ impl Fold {
             }
             fold.bytes = Some(bytes.max(0) as u64);
         };
+        // A fold whose deadline has passed on its clock closes before it
+        // takes another event, whether or not its timer fired yet (timers
+        // fire in bounded rounds): the event opens the next fold.
+        let clock_now = ctx.now(self.clock);
         // One lookup of the open fold: it takes the event in place, or it
-        // cannot take it without passing the cap (it closes first, and the
-        // event opens the next fold), or there is none.
+        // is overdue, or it cannot take the event without passing the cap
+        // (it closes first, and the event opens the next fold), or there is
+        // none.
         let found = ctx.store(self.open).update(key, |open| match open {
+            Some(fold)
+                if let Some((at, closed_by)) = self.deadline(fold)
+                    && self.timed
+                    && at <= clock_now =>
+            {
+                Found::Overdue(closed_by)
+            }
             Some(fold) if self.would_outgrow(fold, values, fixed, bound) => Found::Outgrown,
             Some(fold) => {
                 fold.touched = fold.touched.max(now);
@@ -820,14 +832,19 @@ impl Fold {
         })?;
         let (count, arm) = match found {
             Found::Merged(count) => (count, None),
-            Found::Outgrown | Found::Absent => {
-                if let Found::Outgrown = found
+            Found::Outgrown | Found::Overdue(_) | Found::Absent => {
+                let closing = match found {
+                    Found::Outgrown => Some((ClosedBy::MaxBytes, now)),
+                    Found::Overdue(closed_by) => Some((closed_by, clock_now)),
+                    _ => None,
+                };
+                if let Some((closed_by, at_time)) = closing
                     && let Some(fold) = ctx.store(self.open).take(key)?
                 {
                     if let (Some(at), true) = (fold.timer, self.timed) {
                         ctx.cancel_timer(self.clock, at, key)?;
                     }
-                    self.close(key, fold, ClosedBy::MaxBytes, now, ctx);
+                    self.close(key, fold, closed_by, at_time, ctx);
                 }
                 // A new fold for this event, and the timer it arms.
                 let mut fold = OpenFold {
@@ -953,6 +970,8 @@ enum Found {
     Merged(u64),
     /// A fold the event would take past `max_bytes`.
     Outgrown,
+    /// A fold whose deadline passed: it closes, by this rule.
+    Overdue(ClosedBy),
     /// No open fold.
     Absent,
 }
@@ -1260,6 +1279,35 @@ mod tests {
         );
     }
 
+    /// A fold whose deadline passed but whose timer has not fired yet
+    /// (timers fire in bounded rounds) closes before it takes the next
+    /// event of its key: the gap is longer than `quiet_for`, so the event
+    /// opens a new fold rather than extending the old one.
+    #[test]
+    fn an_overdue_fold_closes_before_it_takes_another_event() {
+        let mut h = Harness::new(
+            json!({
+                "type": "fold",
+                "fields": {"n": {"rule": "count"}},
+                "quiet_for": "1m",
+                "clock": "event",
+            }),
+            None,
+        );
+        assert!(h.process(record("k", json!({}), 0)).unwrap().is_empty());
+        let first = values(&h.process(record("k", json!({}), 120_000)).unwrap());
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0]["n"], json!(1));
+        assert_eq!(first[0]["closed_by"], json!("quiet"));
+        let second = values(&h.advance(Clock::Event, 300_000).unwrap());
+        assert_eq!(second.len(), 1, "{second:?}");
+        assert_eq!(second[0]["n"], json!(1));
+        assert_eq!(
+            second[0]["last_event_at"],
+            json!("1970-01-01T00:02:00.000Z")
+        );
+    }
+
     fn capped(max_bytes: u64) -> Harness {
         Harness::new(
             json!({
@@ -1276,7 +1324,7 @@ mod tests {
         json!({"tag": format!("{i:04}-{}", "x".repeat(95))})
     }
 
-    /// Scenario 6 of issue 8: a hot key's `set` would outgrow the cap; the
+    /// A hot key's `set` would outgrow the cap; the
     /// fold closes before the event that would pass it, that event opens
     /// the next fold, and no emitted event is larger than the cap.
     #[test]

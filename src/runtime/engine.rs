@@ -1405,6 +1405,17 @@ impl Engine {
         if self.restorer.is_restoring() {
             self.restore_step(consumer)?;
         }
+        if self.cycle.txn.in_transaction()
+            && self
+                .tasks
+                .values()
+                .any(|slot| slot.running && slot.task.timer_budget_spent())
+        {
+            // Records fired all the timers a transaction may: commit it, and
+            // punctuate at once to fire the next round.
+            self.commit(consumer)?;
+            self.next_punctuation = now;
+        }
         if now >= self.next_punctuation {
             self.next_punctuation = now + self.topology.processing.punctuation_interval.0;
             if self.punctuate()? {

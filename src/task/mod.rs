@@ -70,11 +70,14 @@ const TIMER_BATCH: usize = 1024;
 /// records or at the next punctuation.
 const TIMERS_PER_RECORD: usize = TIMER_BATCH;
 
-/// Timers fired per punctuation. After downtime a task may have millions
-/// of overdue timers; firing them in bounded rounds, with a commit after
-/// each, keeps a transaction's size and memory bounded and its duration
-/// well inside `transaction.timeout.ms`.
-pub(crate) const TIMERS_PER_PUNCTUATION: usize = 10_000;
+/// Timers a task fires per transaction, by records and punctuation
+/// together. After downtime, or when event time jumps, a task may have
+/// millions of overdue timers; firing them in bounded rounds, with a
+/// commit after each, keeps a transaction's size and memory bounded and
+/// its duration well inside `transaction.timeout.ms`. A fold whose timer
+/// waits for the next round still closes before it takes another event
+/// (an overdue fold is closed, not extended).
+pub(crate) const TIMERS_PER_TRANSACTION: usize = 10_000;
 
 /// What processing produced.
 #[derive(Clone, Debug, PartialEq)]
@@ -234,6 +237,9 @@ pub struct Task {
     /// the task is idle for `processing.idle_advance`, event time follows
     /// the wall clock from there.
     last_record: Option<(Timestamp, Timestamp)>,
+    /// Timers fired since the last commit or abort, against
+    /// [`TIMERS_PER_TRANSACTION`].
+    timers_fired: usize,
     /// Per-task memory as of the last commit, restored on abort.
     committed: Snapshot,
 }
@@ -446,6 +452,7 @@ impl Task {
             clocks: Clocks::default(),
             routing,
             last_record: None,
+            timers_fired: 0,
         })
     }
 
@@ -603,13 +610,14 @@ impl Task {
     /// The transaction carrying `entries` committed: apply them to the
     /// stores with `meta` in one batch, and remember the task's memory as
     /// of this commit.
-    pub(crate) fn committed(
+    pub fn committed(
         &mut self,
         entries: Vec<crate::state::ChangelogEntry>,
         meta: &[(String, Vec<u8>)],
     ) -> Result<(), StateError> {
         self.state.committed(entries, meta)?;
         self.snapshot();
+        self.timers_fired = 0;
         Ok(())
     }
 
@@ -619,6 +627,7 @@ impl Task {
     /// meet exactly what their first attempt met.
     pub(crate) fn abort(&mut self) {
         self.state.abort();
+        self.timers_fired = 0;
         for node in &mut self.nodes {
             if let Some(timers) = &mut node.timers {
                 timers.reset();
@@ -804,10 +813,11 @@ impl Task {
     /// forward with the wall clock and fires the event-time timers that
     /// come due, so an idle partition still closes its event-time folds.
     ///
-    /// Fires at most [`TIMERS_PER_PUNCTUATION`] timers; returns whether
-    /// more may be due (the caller commits and punctuates again).
+    /// Fires what is left of the transaction's [`TIMERS_PER_TRANSACTION`];
+    /// returns whether more may be due (the caller commits and punctuates
+    /// again).
     pub(crate) fn punctuate(&mut self, out: &mut Vec<Output>) -> Result<bool, TaskError> {
-        let mut budget = TIMERS_PER_PUNCTUATION;
+        let mut budget = TIMERS_PER_TRANSACTION;
         budget -= self.fire_timers(Clock::Processing, out, budget)?;
         if let (Some(idle), Some((wall, event))) =
             (self.topology.processing.idle_advance, self.last_record)
@@ -818,18 +828,26 @@ impl Task {
             }
         }
         // Also what records left due (they fire a bounded number each).
-        budget -= self.fire_timers(Clock::Event, out, budget)?;
-        Ok(budget == 0)
+        self.fire_timers(Clock::Event, out, budget)?;
+        Ok(self.timer_budget_spent())
+    }
+
+    /// Whether this transaction fired all the timers it may: timers still
+    /// due wait for the next, so the caller should commit soon.
+    pub(crate) fn timer_budget_spent(&self) -> bool {
+        self.timers_fired >= TIMERS_PER_TRANSACTION
     }
 
     /// Fires up to `budget` timers of `clock` due at the task's current
-    /// time on that clock; returns how many fired.
+    /// time on that clock, within what is left of the transaction's
+    /// [`TIMERS_PER_TRANSACTION`]; returns how many fired.
     pub fn fire_timers(
         &mut self,
         clock: Clock,
         out: &mut Vec<Output>,
         budget: usize,
     ) -> Result<usize, TaskError> {
+        let budget = budget.min(TIMERS_PER_TRANSACTION.saturating_sub(self.timers_fired));
         // Called per record for the event clock: clone only when due.
         let mut topology: Option<Arc<Topology>> = None;
         let now = self.clocks.now(clock);
@@ -866,6 +884,7 @@ impl Task {
                 }
             }
         }
+        self.timers_fired += fired;
         Ok(fired)
     }
 
@@ -1182,11 +1201,11 @@ sinks:
 
     /// Scenario 7 of issue 8: after downtime every fold of a task is
     /// overdue at once; they fire in rounds of at most
-    /// `TIMERS_PER_PUNCTUATION`, each committed before the next.
+    /// `TIMERS_PER_TRANSACTION`, each committed before the next.
     #[test]
     fn overdue_timers_fire_in_bounded_rounds() {
         let mut task = started_task();
-        let folds = 2 * TIMERS_PER_PUNCTUATION + TIMERS_PER_PUNCTUATION / 2;
+        let folds = 2 * TIMERS_PER_TRANSACTION + TIMERS_PER_TRANSACTION / 2;
         let out = open_folds(&mut task, folds);
         assert!(out.is_empty());
         commit(&mut task);
@@ -1205,9 +1224,9 @@ sinks:
         assert_eq!(
             rounds,
             vec![
-                TIMERS_PER_PUNCTUATION,
-                TIMERS_PER_PUNCTUATION,
-                TIMERS_PER_PUNCTUATION / 2
+                TIMERS_PER_TRANSACTION,
+                TIMERS_PER_TRANSACTION,
+                TIMERS_PER_TRANSACTION / 2
             ]
         );
     }
