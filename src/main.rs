@@ -279,6 +279,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     stamp: txn_header,
                     journal: txn_journal,
                     faults: inject_fault,
+                    ..Default::default()
                 },
                 #[cfg(not(feature = "fault-injection"))]
                 hooks: streamfold::runtime::commit::TestHooks::default(),

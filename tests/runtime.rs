@@ -758,6 +758,66 @@ fn a_frozen_dynamic_member_whose_transaction_timed_out_stops_and_its_successor_g
     replaced_while_frozen("zombiedt", Some(("batch:freeze@2", true)), false);
 }
 
+/// Alone in its group, an instance frozen inside a transaction for longer
+/// than `transaction.timeout.ms` finds, on waking, its producer fenced by the coordinator's abort of the overdue
+/// transaction. No other process took its id: that is a failure of this
+/// producer, which a new one survives, not a fencing to stop for. The
+/// instance goes on, and the output is exact: the aborted transaction is
+/// hidden from read_committed readers and its records are processed again.
+#[test]
+fn a_lone_instance_frozen_past_its_transaction_timeout_goes_on_and_loses_nothing() {
+    let _serial = serial();
+    let names = Names::new("overdue-txn");
+    let accounts = 300;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..total / 2, accounts);
+    let dir = temp_dir();
+    let mut config = names.app("lone", dir.path().join("state"), true);
+    config
+        .env
+        .push(("STREAMFOLD_STATIC_MEMBERSHIP".into(), "true".into()));
+    let topology = std::fs::read_to_string(&config.topology).unwrap().replace(
+        "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n",
+        "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n  transaction_timeout: 2s\n",
+    );
+    assert!(topology.contains("transaction_timeout: 2s"));
+    config.topology = dir.path().join("short-transactions.yaml");
+    std::fs::write(&config.topology, topology).unwrap();
+    config
+        .args
+        .extend(["--inject-fault".into(), "commit:freeze@2".into()]);
+    let app = App::start(&config, dir.path());
+    app.wait_frozen(Duration::from_secs(120));
+    // Past the transaction timeout and the coordinator's check for overdue
+    // transactions (every 10 s by default), so the coordinator has aborted
+    // the transaction and bumped the producer's epoch by the time it wakes.
+    std::thread::sleep(Duration::from_secs(15));
+    app.resume();
+    produce_range(&producer, &names.source, total / 2..total, accounts);
+    wait_committed_to(
+        &app,
+        &names.app,
+        &names.source,
+        &producer.ends(&names.source, 4),
+        Duration::from_secs(240),
+    );
+    app.assert_running();
+    let log = app.log_text();
+    assert!(
+        log.contains("open longer than transaction.timeout.ms"),
+        "the overdue transaction was told apart from a fencing:\n{log}"
+    );
+    assert!(!log.contains("this instance was fenced"), "{log}");
+    app.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+        n == 0.0
+    });
+    let outputs = read_to_end(&names.folded, Duration::from_secs(60));
+    assert_exact(&outputs, accounts);
+    app.stop();
+}
+
 /// A static member frozen mid-stream (by SIGSTOP once it has folded
 /// something, or by `freeze`, a fault injected into its commit cycle) and
 /// replaced by a process with the same instance id; when it wakes it must

@@ -68,7 +68,7 @@ pub fn run(
     shutdown: Arc<AtomicBool>,
 ) -> Result<(), RuntimeError> {
     let topology = config::with_producer_overrides(topology, &options);
-    Faults::new(options.hooks.faults.clone())
+    Faults::new(&options.hooks)
         .check(FaultPoint::Prepare)
         .map_err(RuntimeError::Commit)?;
     let layout = admin::prepare_patiently(

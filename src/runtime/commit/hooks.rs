@@ -7,6 +7,8 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
@@ -167,13 +169,20 @@ pub struct TestHooks {
     pub journal: Option<PathBuf>,
     /// Faults to inject.
     pub faults: Vec<Fault>,
+    /// How often each point was reached in this run, by every producer the
+    /// run creates (a fault fires once per process, not once per producer).
+    pub hits: FaultHits,
 }
+
+/// How often each [`FaultPoint`] was reached, shared by clones.
+#[derive(Clone, Debug, Default)]
+pub struct FaultHits(Arc<[AtomicU32; FaultPoint::ALL.len()]>);
 
 /// The injected faults and how often each point was reached.
 #[derive(Default)]
 pub(crate) struct Faults {
     faults: Vec<Fault>,
-    hits: [u32; FaultPoint::ALL.len()],
+    hits: FaultHits,
     /// A `rewind` fired and the engine has not moved the consumer yet.
     rewind: bool,
     /// An `offsetless` fired and the delivery reports do not know yet.
@@ -181,9 +190,10 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    pub(crate) fn new(faults: Vec<Fault>) -> Faults {
+    pub(crate) fn new(hooks: &TestHooks) -> Faults {
         Faults {
-            faults,
+            faults: hooks.faults.clone(),
+            hits: hooks.hits.clone(),
             ..Faults::default()
         }
     }
@@ -206,8 +216,7 @@ impl Faults {
             .iter()
             .position(|(p, _)| *p == point)
             .unwrap_or(0);
-        self.hits[slot] += 1;
-        let hits = self.hits[slot];
+        let hits = self.hits.0[slot].fetch_add(1, Ordering::Relaxed) + 1;
         let Some(fault) = self
             .faults
             .iter()

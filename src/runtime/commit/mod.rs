@@ -506,7 +506,7 @@ impl Transactions {
             sequence: 0,
             stamp: hooks.stamp || journal.is_some(),
             journal,
-            faults: Faults::new(hooks.faults.clone()),
+            faults: Faults::new(hooks),
             tracked: vec![String::new()],
             limits,
             acceptance: topic_limits.acceptance,
