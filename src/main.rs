@@ -52,9 +52,15 @@ enum Command {
         /// (default: the number of cores).
         #[arg(long, env = "STREAMFOLD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
         threads: Option<u16>,
-        /// Serve Prometheus metrics on this address (`0.0.0.0:9464`).
+        /// Serve Prometheus metrics (`/metrics`), liveness (`/healthz`) and
+        /// readiness (`/readyz`) on this address (`0.0.0.0:9464`; see
+        /// docs/operations.md).
         #[arg(long, env = "STREAMFOLD_METRICS_ADDR")]
         metrics_addr: Option<SocketAddr>,
+        /// How long the processing loop may go without a round before
+        /// `/healthz` answers 503 (`90s`, `5m`).
+        #[arg(long, env = "STREAMFOLD_STALL_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2m")]
+        stall_timeout: std::time::Duration,
         /// Serve interactive queries of the stores' committed state on this
         /// address (`0.0.0.0:8080`; see docs/queries.md). Off by default.
         #[arg(long, env = "STREAMFOLD_QUERY_ADDR")]
@@ -207,6 +213,7 @@ fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
                 if count == 1 {
                     tracing::info!("Signal received: finishing the current transaction and leaving the group (again to exit at once).");
                     flag.store(true, Ordering::Relaxed);
+                    streamfold::runtime::health::health().stopping();
                 } else {
                     tracing::warn!("Second signal: exiting now; the open transaction will be aborted and reprocessed.");
                     std::process::exit(130);
@@ -248,6 +255,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             state_dir,
             threads,
             metrics_addr,
+            stall_timeout,
             query_addr,
             query_advertised_addr,
             property,
@@ -262,6 +270,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             };
             secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            streamfold::runtime::health::health().set_stall_timeout(stall_timeout);
             if let Some(addr) = metrics_addr {
                 streamfold::runtime::metrics::install(addr).map_err(anyhow::Error::msg)?;
                 streamfold::runtime::metrics::register_topology(&t);

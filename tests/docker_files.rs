@@ -607,12 +607,11 @@ fn build_stage_copies(dockerfile: &str) -> Vec<(PathBuf, PathBuf)> {
                     let source = PathBuf::from(source.trim_end_matches('/'));
                     // `COPY file ./` keeps the file's name; `COPY dir ./dir`
                     // copies the directory's contents there.
-                    let landed = if root().join(&source).is_dir() {
-                        destination.clone()
-                    } else if destination
-                        .file_name()
-                        .is_some_and(|n| Some(n) == source.file_name())
-                    {
+                    let keeps_name = root().join(&source).is_dir()
+                        || destination
+                            .file_name()
+                            .is_some_and(|n| Some(n) == source.file_name());
+                    let landed = if keeps_name {
                         destination.clone()
                     } else {
                         destination.join(source.file_name().unwrap())
@@ -804,4 +803,28 @@ fn the_copy_check_catches_a_missing_directory() {
         !copied(&copies, Path::new("vendor/rdkafka-sys")),
         "only the runtime stage copies it"
     );
+}
+
+#[test]
+fn the_image_healthcheck_asks_healthz_on_the_metrics_port_of_its_command() {
+    let dockerfile = read(&docker().join("Dockerfile"));
+    let check = dockerfile
+        .split("HEALTHCHECK")
+        .nth(1)
+        .expect("the Dockerfile has a HEALTHCHECK")
+        .replace("\\\n", " ");
+    let check = check.lines().next().unwrap();
+    let exec: Vec<String> = serde_json::from_str(&check[check.find("CMD").unwrap() + 3..])
+        .expect("HEALTHCHECK CMD in exec form");
+    let script = exec.last().unwrap();
+    assert!(script.contains("/healthz"), "{script}");
+    let image_cmd = dockerfile.lines().find(|l| l.starts_with("CMD ")).unwrap();
+    let cmd: Vec<String> = serde_json::from_str(image_cmd.trim_start_matches("CMD ")).unwrap();
+    let at = cmd.iter().position(|a| a == "--metrics-addr").unwrap();
+    let port = cmd[at + 1].rsplit(':').next().unwrap();
+    assert!(
+        script.contains(&format!("/127.0.0.1/{port}")),
+        "the health check asks port {port}: {script}"
+    );
+    assert!(dockerfile.contains(&format!("EXPOSE {port}")));
 }

@@ -183,6 +183,7 @@ fn run_member(
     )
     .map_err(|e| RuntimeError::Startup(format!("cannot start the transactional producer: {e}")))?;
     tracing::info!(run = %txn.run_id(), "Producer ready; joining the group.");
+    let _membership = super::health::health().member();
     let changelogs: Vec<String> = topology
         .stores()
         .map(|s| s.changelog_topic.clone())
@@ -1430,6 +1431,7 @@ impl Engine {
         {
             self.commit(consumer)?;
         }
+        super::health::health().round(self.task_counts());
         if self.consumed_unreported > 0 {
             metrics::counter!(telemetry::RECORDS_CONSUMED, "topology" => self.topology.name.clone())
                 .increment(std::mem::take(&mut self.consumed_unreported));
@@ -1450,6 +1452,22 @@ impl Engine {
                 .set(self.record_cache.used() as f64);
         }
         Ok(())
+    }
+
+    /// The tasks by what they do, for readiness.
+    fn task_counts(&self) -> super::health::TaskCounts {
+        let mut counts = super::health::TaskCounts {
+            assigned: self.tasks.len(),
+            ..Default::default()
+        };
+        for slot in self.tasks.values() {
+            match (slot.running, slot.awaiting_offsets) {
+                (true, _) => counts.running += 1,
+                (false, true) => counts.awaiting_offsets += 1,
+                (false, false) => counts.restoring += 1,
+            }
+        }
+        counts
     }
 
     fn restore_step(&mut self, consumer: &BaseConsumer<EngineContext>) -> Result<(), RuntimeError> {

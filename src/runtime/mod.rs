@@ -9,7 +9,9 @@
 //! - [`admin`]: startup checks and topic creation;
 //! - [`changelog`]: the writer chain, the position rule, and what is stored
 //!   with state;
-//! - [`replay`]: `streamfold dlq replay`; [`query`]: interactive queries.
+//! - [`replay`]: `streamfold dlq replay`; [`query`]: interactive queries;
+//! - [`health`] and [`ops_server`]: liveness, readiness and metrics over
+//!   HTTP.
 
 pub mod admin;
 pub(crate) mod batch;
@@ -19,7 +21,9 @@ pub mod config;
 pub mod connect;
 pub mod engine;
 pub(crate) mod fetch;
+pub mod health;
 pub mod metrics;
+pub mod ops_server;
 pub mod query;
 pub mod replay;
 pub(crate) mod restore;
