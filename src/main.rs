@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use streamfold::exit_code::ExitClass;
+use streamfold::runtime::RuntimeError;
 use streamfold::runtime::config::{RunOptions, default_instance_id};
 use streamfold::secrets;
 use streamfold::telemetry::logging::{self, LogFormat};
@@ -25,8 +27,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(name = "streamfold", version, about)]
 struct Cli {
-    /// Log format on stderr.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    /// Log format on stderr: `text`, or `json` (one JSON object a line,
+    /// fatal errors and topology diagnostics included). The level comes
+    /// from `RUST_LOG` (default `warn,streamfold=info`).
+    #[arg(long, global = true, value_enum, env = "STREAMFOLD_LOG_FORMAT", default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -134,8 +138,16 @@ enum DlqCommand {
     /// replay stopped, exactly once.
     Replay {
         /// The topology whose dead-letter topic to replay.
-        #[arg(long)]
-        topology: PathBuf,
+        #[arg(required_unless_present = "topology_flag")]
+        topology: Option<PathBuf>,
+        /// The topology, as a flag (`--topology FILE`, the older spelling).
+        #[arg(
+            long = "topology",
+            value_name = "FILE",
+            hide = true,
+            conflicts_with = "topology"
+        )]
+        topology_flag: Option<PathBuf>,
         /// jq condition on the letter (`.` is its value; `$key`,
         /// `$timestamp`, `$headers` include the `streamfold.dlq.*` headers):
         /// only letters it holds for are replayed.
@@ -174,17 +186,44 @@ fn bound_malloc_arenas() {
     }
 }
 
+/// A mistake in the command's input (a flag's value), as opposed to a
+/// failure while it ran: exits with [`ExitClass::Configuration`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct ConfigurationError(String);
+
 fn main() -> ExitCode {
     bound_malloc_arenas();
     let cli = Cli::parse();
     logging::init(cli.log_format);
-    match run(cli.command) {
-        Ok(code) => code,
+    match run(cli.command, cli.log_format) {
+        Ok(class) => exit(class),
         Err(e) => {
-            eprintln!("error: {}", secrets::scrub(&format!("{e:#}")));
-            ExitCode::FAILURE
+            let class = if let Some(error) = e.downcast_ref::<RuntimeError>() {
+                ExitClass::of_runtime(error)
+            } else if e.downcast_ref::<ConfigurationError>().is_some() {
+                ExitClass::Configuration
+            } else {
+                ExitClass::Failure
+            };
+            let message = format!("{e:#}");
+            let message = secrets::scrub(&message);
+            match cli.log_format {
+                LogFormat::Text => eprintln!("error: {message}"),
+                LogFormat::Json => tracing::error!(
+                    error = %message,
+                    class = class.name(),
+                    exit_code = class.code(),
+                    "Fatal error; exiting."
+                ),
+            }
+            exit(class)
         }
     }
+}
+
+fn exit(class: ExitClass) -> ExitCode {
+    ExitCode::from(class.code())
 }
 
 fn parse_property(text: &str) -> Result<(String, String), String> {
@@ -216,7 +255,7 @@ fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
                     streamfold::runtime::health::health().stopping();
                 } else {
                     tracing::warn!("Second signal: exiting now; the open transaction will be aborted and reprocessed.");
-                    std::process::exit(130);
+                    std::process::exit(i32::from(ExitClass::Interrupted.code()));
                 }
             }
         });
@@ -225,28 +264,46 @@ fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
 }
 
 /// Loads a topology or prints its diagnostics; warnings are printed
-/// either way. The topology's credentials are registered for masking.
-fn load(path: &std::path::Path) -> Option<Topology> {
+/// either way (as log events in JSON). The topology's credentials are
+/// registered for masking.
+fn load(path: &std::path::Path, format: LogFormat) -> Option<Topology> {
+    let print = |d: &topology::Diagnostic, error: bool| match format {
+        LogFormat::Text => eprintln!("{d}"),
+        LogFormat::Json if error => tracing::error!(
+            file = %path.display(),
+            line = d.pos.line,
+            column = d.pos.col,
+            diagnostic = %d,
+            "Invalid topology."
+        ),
+        LogFormat::Json => tracing::warn!(
+            file = %path.display(),
+            line = d.pos.line,
+            column = d.pos.col,
+            diagnostic = %d,
+            "Topology warning."
+        ),
+    };
     match topology::load_file(path) {
         Ok(t) => {
             for credential in t.credentials() {
                 secrets::register(credential);
             }
             for w in &t.warnings {
-                eprintln!("{w}");
+                print(w, false);
             }
             Some(t)
         }
         Err(diagnostics) => {
             for d in &diagnostics {
-                eprintln!("{d}");
+                print(d, true);
             }
             None
         }
     }
 }
 
-fn run(command: Command) -> anyhow::Result<ExitCode> {
+fn run(command: Command, log_format: LogFormat) -> anyhow::Result<ExitClass> {
     match command {
         Command::Run {
             topology,
@@ -266,13 +323,13 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             #[cfg(feature = "fault-injection")]
             inject_fault,
         } => {
-            let Some(t) = load(&topology) else {
-                return Ok(ExitCode::FAILURE);
+            let Some(t) = load(&topology, log_format) else {
+                return Ok(ExitClass::Configuration);
             };
             secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             streamfold::runtime::health::health().set_stall_timeout(stall_timeout);
             if let Some(addr) = metrics_addr {
-                streamfold::runtime::metrics::install(addr).map_err(anyhow::Error::msg)?;
+                streamfold::runtime::metrics::install(addr).map_err(ConfigurationError)?;
                 streamfold::runtime::metrics::register_topology(&t);
             }
             let shutdown = Arc::new(AtomicBool::new(false));
@@ -299,15 +356,15 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             if streamfold::runtime::admin::wait_for_sources(&t, &admin, &shutdown)?
                 == streamfold::runtime::admin::SourcesWait::Stopped
             {
-                return Ok(ExitCode::SUCCESS);
+                return Ok(ExitClass::Success);
             }
             streamfold::runtime::engine::run(Arc::new(t), options, shutdown)?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitClass::Success)
         }
         Command::Check { files } => {
             let mut failed = false;
             for file in &files {
-                match load(file) {
+                match load(file, log_format) {
                     Some(t) => {
                         println!(
                             "{}: ok ({} sources, {} nodes, {} sinks, {} internal topics{})",
@@ -351,25 +408,25 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 }
             }
             Ok(if failed {
-                ExitCode::FAILURE
+                ExitClass::Configuration
             } else {
-                ExitCode::SUCCESS
+                ExitClass::Success
             })
         }
         Command::Describe { file, format } => {
-            let Some(t) = load(&file) else {
-                return Ok(ExitCode::FAILURE);
+            let Some(t) = load(&file, log_format) else {
+                return Ok(ExitClass::Configuration);
             };
             print!("{}", describe(&t, format));
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitClass::Success)
         }
         Command::Test {
             topology,
             cases,
             bless,
         } => {
-            let Some(t) = load(&topology) else {
-                return Ok(ExitCode::FAILURE);
+            let Some(t) = load(&topology, log_format) else {
+                return Ok(ExitClass::Configuration);
             };
             let reports = testkit::run_cases(&Arc::new(t), &cases, bless)
                 .with_context(|| format!("running the cases in {}", cases.display()))?;
@@ -400,19 +457,20 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     "{} cases blessed: review the changes under their expected/ folders",
                     reports.len()
                 );
-                return Ok(ExitCode::SUCCESS);
+                return Ok(ExitClass::Success);
             }
             println!("{} passed, {failed} failed", reports.len() - failed);
             Ok(if failed > 0 {
-                ExitCode::FAILURE
+                ExitClass::Failure
             } else {
-                ExitCode::SUCCESS
+                ExitClass::Success
             })
         }
         Command::Dlq {
             command:
                 DlqCommand::Replay {
                     topology,
+                    topology_flag,
                     filter,
                     dry_run,
                     from_beginning,
@@ -420,14 +478,18 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     property,
                 },
         } => {
-            let Some(t) = load(&topology) else {
-                return Ok(ExitCode::FAILURE);
+            // clap requires one of the two.
+            let Some(topology) = topology.or(topology_flag) else {
+                return Err(ConfigurationError("a topology file is required".into()).into());
+            };
+            let Some(t) = load(&topology, log_format) else {
+                return Ok(ExitClass::Configuration);
             };
             secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             let filter = match filter {
                 Some(code) => Some(
                     streamfold::operators::expr::Program::compile(&code, &[])
-                        .map_err(|e| anyhow::anyhow!("--filter: {e}"))?,
+                        .map_err(|e| ConfigurationError(format!("--filter: {e}")))?,
                 ),
                 None => None,
             };
@@ -477,12 +539,12 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     report.truncated
                 );
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitClass::Success)
         }
         Command::Schema => {
             let schema = schemars::schema_for!(topology::model::TopologyFile);
             println!("{}", serde_json::to_string_pretty(&schema)?);
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitClass::Success)
         }
     }
 }

@@ -47,9 +47,9 @@ fn every_error_case_prints_exactly_its_pinned_message() {
         let expected = std::fs::read_to_string(case.join("expected.txt"))
             .unwrap_or_else(|_| panic!("{name}: expected.txt is missing"));
         let output = streamfold(&["check", &file]);
-        if output.status.code() != Some(1) {
+        if output.status.code() != Some(3) {
             failures.push(format!(
-                "{name}: exit status {:?}, want 1",
+                "{name}: exit status {:?}, want 3 (configuration)",
                 output.status.code()
             ));
         }
@@ -319,7 +319,7 @@ fn describe_and_check_show_the_query_api_and_its_settings() {
     )
     .unwrap();
     let bad = streamfold(&["check", &dir.path().join("bad.yaml").to_string_lossy()]);
-    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(bad.status.code(), Some(3));
     assert!(
         text(&bad.stderr).contains("queries.addr"),
         "{}",
