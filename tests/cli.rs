@@ -326,3 +326,21 @@ fn describe_and_check_show_the_query_api_and_its_settings() {
         text(&bad.stderr)
     );
 }
+
+/// A source's timestamp field in RFC 3339 with any UTC offset is the
+/// same instant (`+02:00`, `-03:30`, `+05:30`, `Z`); an impossible date is
+/// a dead letter. `expected/out.jsonl` pins each record's timestamp.
+#[test]
+fn rfc3339_timestamps_with_offsets_are_read_as_the_same_instant() {
+    let output = streamfold(&[
+        "test",
+        "tests/cases/timestamps/topology.yaml",
+        "tests/cases/timestamps",
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    assert!(
+        stdout.contains("ok      offsets (6 records in, 6 out)"),
+        "{stdout}"
+    );
+}

@@ -737,6 +737,28 @@ sinks:
     }
 
     #[test]
+    fn internal_topic_replication_is_checked_where_it_is_written() {
+        let with = |settings: &str| {
+            MINIMAL.replace(
+                "  bootstrap_servers: localhost:9092\n",
+                &format!("  bootstrap_servers: localhost:9092\n  internal_topics: {settings}\n"),
+            )
+        };
+        let topology = load(&with("{ replication_factor: 3, min_insync_replicas: 2 }")).unwrap();
+        let replication = &topology.kafka.internal_topics;
+        assert_eq!(replication.replication_factor.map(|r| r.get()), Some(3));
+        assert_eq!(replication.min_insync_replicas.map(|r| r.get()), Some(2));
+        assert_eq!(
+            load(&with("{ replication_factor: 2, min_insync_replicas: 3 }")).unwrap_err(),
+            vec![
+                "t.yaml:4:66: kafka.internal_topics.min_insync_replicas: 3 in-sync replicas cannot \
+                 be required of 2 replicas (replication_factor); no write would ever succeed"
+            ]
+        );
+        assert!(load(&with("{ replication_factor: 0 }")).is_err());
+    }
+
+    #[test]
     fn a_valid_topology_compiles_with_its_internal_topics() {
         let topology = load(MINIMAL).unwrap();
         assert_eq!(topology.dead_letter_topic, "app-dlq");
