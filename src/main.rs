@@ -105,6 +105,17 @@ enum Command {
         /// Topology files.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Also connect to the cluster and check that it fits: source
+        /// topics exist and this principal may describe them, sources are
+        /// co-partitioned, existing internal topics agree.
+        #[arg(long)]
+        cluster: bool,
+        /// Overrides `kafka.bootstrap_servers` (with `--cluster`).
+        #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
+        bootstrap_servers: Option<String>,
+        /// Any librdkafka property (with `--cluster`): `-X security.protocol=ssl`.
+        #[arg(short = 'X', value_parser = parse_property)]
+        property: Vec<(String, String)>,
     },
     /// Draw a topology, with the internal topics it will create.
     Describe {
@@ -303,6 +314,37 @@ fn load(path: &std::path::Path, format: LogFormat) -> Option<Topology> {
     }
 }
 
+/// Whether librdkafka takes the topology's client settings; prints what
+/// it refuses, at the setting's place in the file.
+fn librdkafka_accepts(file: &std::path::Path, t: &Topology, log_format: LogFormat) -> bool {
+    let problems = streamfold::runtime::properties_check::librdkafka_problems(t);
+    if problems.is_empty() {
+        return true;
+    }
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let name = file.display().to_string();
+    for problem in problems {
+        let path: Vec<&str> = problem.path.iter().map(String::as_str).collect();
+        let diagnostic = topology::Diagnostic::at_path(
+            &name,
+            &text,
+            &path,
+            format!("librdkafka: {}", problem.message),
+        );
+        match log_format {
+            LogFormat::Text => eprintln!("{diagnostic}"),
+            LogFormat::Json => tracing::error!(
+                file = %name,
+                line = diagnostic.pos.line,
+                column = diagnostic.pos.col,
+                diagnostic = %diagnostic,
+                "Invalid topology."
+            ),
+        }
+    }
+    false
+}
+
 fn run(command: Command, log_format: LogFormat) -> anyhow::Result<ExitClass> {
     match command {
         Command::Run {
@@ -361,10 +403,18 @@ fn run(command: Command, log_format: LogFormat) -> anyhow::Result<ExitClass> {
             streamfold::runtime::engine::run(Arc::new(t), options, shutdown)?;
             Ok(ExitClass::Success)
         }
-        Command::Check { files } => {
+        Command::Check {
+            files,
+            cluster,
+            bootstrap_servers,
+            property,
+        } => {
+            secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             let mut failed = false;
+            let mut unreachable = None;
             for file in &files {
                 match load(file, log_format) {
+                    Some(t) if !librdkafka_accepts(file, &t, log_format) => failed = true,
                     Some(t) => {
                         println!(
                             "{}: ok ({} sources, {} nodes, {} sinks, {} internal topics{})",
@@ -379,6 +429,32 @@ fn run(command: Command, log_format: LogFormat) -> anyhow::Result<ExitClass> {
                                 n => format!(", {n} warnings"),
                             }
                         );
+                        if cluster {
+                            let options = RunOptions {
+                                bootstrap_servers: bootstrap_servers.clone(),
+                                instance_id: default_instance_id(),
+                                properties: property.clone(),
+                                ..RunOptions::default()
+                            };
+                            match streamfold::runtime::cluster_check::check_cluster(&t, &options) {
+                                Ok(report) if report.problems.is_empty() => println!(
+                                    "  cluster: ok ({} partitions, {} of {} internal topics exist)",
+                                    report.partitions.unwrap_or_default(),
+                                    report.existing_internal,
+                                    t.internal_topics().len()
+                                ),
+                                Ok(report) => {
+                                    failed = true;
+                                    for problem in &report.problems {
+                                        eprintln!("{}: cluster: {problem}", file.display());
+                                    }
+                                }
+                                Err(error) => {
+                                    eprintln!("{}: cluster: {error}", file.display());
+                                    unreachable = Some(ExitClass::of_runtime(&error));
+                                }
+                            }
+                        }
                         // Shows that `${VAR}`s resolved, passwords masked.
                         if let Some(security) = &t.kafka.security {
                             println!("  kafka security: {}", security.summary());
@@ -407,10 +483,10 @@ fn run(command: Command, log_format: LogFormat) -> anyhow::Result<ExitClass> {
                     None => failed = true,
                 }
             }
-            Ok(if failed {
-                ExitClass::Configuration
-            } else {
-                ExitClass::Success
+            Ok(match (failed, unreachable) {
+                (true, _) => ExitClass::Configuration,
+                (false, Some(class)) => class,
+                (false, None) => ExitClass::Success,
             })
         }
         Command::Describe { file, format } => {

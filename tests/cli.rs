@@ -344,3 +344,57 @@ fn rfc3339_timestamps_with_offsets_are_read_as_the_same_instant() {
         "{stdout}"
     );
 }
+
+/// librdkafka itself judges the client settings at `check` time: a
+/// misspelled property fails with its line and column, as `run` would fail
+/// to start.
+#[test]
+fn a_misspelled_librdkafka_property_fails_check_at_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.yaml");
+    std::fs::write(
+        &path,
+        "name: app
+kafka:
+  bootstrap_servers: localhost:9092
+  consumer:
+    fetch.max.bytes: 52428800
+  producer:
+    linger.msec: 20
+sources:
+  events: { topic: events }
+nodes:
+  kept: { type: filter, input: events, condition: '.keep' }
+sinks:
+  out: { topic: out, input: kept }
+",
+    )
+    .unwrap();
+    let file = path.to_string_lossy().into_owned();
+    let output = streamfold(&["check", &file]);
+    assert_eq!(output.status.code(), Some(3), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stderr),
+        format!(
+            "{file}:7:5: kafka.producer.linger.msec: librdkafka: No such configuration property: \"linger.msec\"\n"
+        )
+    );
+    // Properties that exist but contradict each other, at the one named.
+    std::fs::write(
+        &path,
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("linger.msec: 20", "linger.ms: 20")
+            .replace("fetch.max.bytes: 52428800", "fetch.max.bytes: 1024"),
+    )
+    .unwrap();
+    let output = streamfold(&["check", &file]);
+    assert_eq!(output.status.code(), Some(3));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "{file}:5:5: kafka.consumer.fetch.max.bytes: librdkafka: "
+        )),
+        "{stderr}"
+    );
+}

@@ -55,7 +55,7 @@ struct NewTopicSpec {
     compact: bool,
 }
 
-fn topic_partitions(
+pub(crate) fn topic_partitions(
     admin: &AdminClient<DefaultClientContext>,
     servers: &str,
 ) -> Result<HashMap<String, i32>, RuntimeError> {
@@ -506,7 +506,7 @@ fn wait_for_topics(
 /// removes old records, and a restore from scratch would silently rebuild
 /// only the state written within the retention period. A broker that does
 /// not report the setting cannot be checked, and is let through.
-fn refuse_uncompacted_changelogs(
+pub(crate) fn refuse_uncompacted_changelogs(
     admin: &AdminClient<DefaultClientContext>,
     changelogs: &[String],
 ) -> Result<(), RuntimeError> {

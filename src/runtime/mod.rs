@@ -16,6 +16,7 @@
 pub mod admin;
 pub(crate) mod batch;
 pub(crate) mod changelog;
+pub mod cluster_check;
 pub mod commit;
 pub mod config;
 pub mod connect;
@@ -24,6 +25,7 @@ pub(crate) mod fetch;
 pub mod health;
 pub mod metrics;
 pub mod ops_server;
+pub mod properties_check;
 pub mod query;
 pub mod replay;
 pub(crate) mod restore;

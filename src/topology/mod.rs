@@ -47,6 +47,36 @@ pub struct Diagnostic {
     pub(crate) severity: Severity,
 }
 
+impl Diagnostic {
+    /// An error about the setting at `path` (`["kafka", "consumer",
+    /// "fetch.max.bytes"]`) of the topology file `file` whose text is
+    /// `text`: at the key of the deepest part of the path the file has
+    /// (the file's start if it has none), for checks made after loading.
+    pub fn at_path(file: &str, text: &str, path: &[&str], message: String) -> Diagnostic {
+        let mut pos = Pos { line: 1, col: 1 };
+        if let Ok((root, _)) = yaml::parse(text, &|_| None) {
+            let mut node = &root;
+            for part in path {
+                let entry = node.as_map().and_then(|entries| {
+                    entries
+                        .iter()
+                        .find(|(k, _)| k.scalar_text().is_some_and(|t| t == *part))
+                });
+                let Some((key, value)) = entry else { break };
+                pos = key.pos;
+                node = value;
+            }
+        }
+        Diagnostic {
+            file: file.to_string(),
+            pos,
+            path: path.join("."),
+            message,
+            severity: Severity::Error,
+        }
+    }
+}
+
 /// Whether a [`Diagnostic`] stops the topology from loading.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Severity {

@@ -84,7 +84,8 @@ pub struct KafkaConfig {
     #[serde(default)]
     pub security: Option<super::security::SecurityConfig>,
     /// Any librdkafka property for every client (consumer, producer, admin),
-    /// for what `security` does not cover (`sasl.oauthbearer.*`, ...).
+    /// for what `security` does not cover (`ssl.key.pem`, ...); `check`
+    /// has librdkafka validate them.
     /// Values of credential properties (`sasl.password`, ...) are masked
     /// like `security`'s passwords.
     #[serde(default)]
