@@ -134,6 +134,29 @@ enum Command {
         #[arg(long)]
         bless: bool,
     },
+    /// Start an application over (it must be stopped): delete its
+    /// internal topics and consumer group, commit its source offsets from
+    /// where to start, remove this host's local state.
+    Reset {
+        /// The application's topology.
+        topology: PathBuf,
+        /// Where the sources start again: `earliest`, `latest`, or an RFC
+        /// 3339 time (the first record at or after it).
+        #[arg(long, default_value = "earliest")]
+        to: streamfold::runtime::reset::ResetTo,
+        /// Print the plan; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Overrides `processing.state_dir`.
+        #[arg(long, env = "STREAMFOLD_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// Overrides `kafka.bootstrap_servers`.
+        #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
+        bootstrap_servers: Option<String>,
+        /// Any librdkafka property: `-X security.protocol=ssl`.
+        #[arg(short = 'X', value_parser = parse_property)]
+        property: Vec<(String, String)>,
+    },
     /// Print the JSON Schema of the topology format (for editor completion).
     Schema,
     /// Work with the dead-letter topic.
@@ -616,6 +639,42 @@ fn run(command: Command, log_format: LogFormat) -> anyhow::Result<ExitClass> {
                 );
             }
             Ok(ExitClass::Success)
+        }
+        Command::Reset {
+            topology,
+            to,
+            dry_run,
+            state_dir,
+            bootstrap_servers,
+            property,
+        } => {
+            let Some(t) = load(&topology, log_format) else {
+                return Ok(ExitClass::Configuration);
+            };
+            secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            let options = RunOptions {
+                bootstrap_servers,
+                instance_id: default_instance_id(),
+                state_dir,
+                properties: property,
+                ..RunOptions::default()
+            };
+            use streamfold::runtime::reset::{ResetError, reset};
+            match reset(&t, &options, to, dry_run) {
+                Ok(plan) => {
+                    println!(
+                        "{} {}:",
+                        if dry_run { "Would reset" } else { "Reset" },
+                        plan.group
+                    );
+                    for line in plan.to_string().lines() {
+                        println!("  {line}");
+                    }
+                    Ok(ExitClass::Success)
+                }
+                Err(ResetError::Runtime(error)) => Err(error.into()),
+                Err(error) => Err(error.into()),
+            }
         }
         Command::Schema => {
             let schema = schemars::schema_for!(topology::model::TopologyFile);

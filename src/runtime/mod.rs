@@ -28,6 +28,7 @@ pub mod ops_server;
 pub mod properties_check;
 pub mod query;
 pub mod replay;
+pub mod reset;
 pub(crate) mod restore;
 pub(crate) mod wire;
 
