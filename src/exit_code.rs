@@ -81,7 +81,8 @@ impl ExitClass {
             RuntimeError::Unreachable { .. } => ExitClass::BrokerUnavailable,
             RuntimeError::Authentication { .. }
             | RuntimeError::Tls { .. }
-            | RuntimeError::Startup(_) => ExitClass::Configuration,
+            | RuntimeError::Startup(_)
+            | RuntimeError::SourceReplaced { .. } => ExitClass::Configuration,
             RuntimeError::Kafka(error) => ExitClass::of_kafka(error),
             RuntimeError::Fenced { .. } | RuntimeError::Commit(CommitError::Fenced(_)) => {
                 ExitClass::Fenced

@@ -239,3 +239,55 @@ fn reset_names_what_it_accepts_for_a_start_it_cannot_read() {
         text(&out.stderr)
     );
 }
+
+/// A source topic deleted and created again under the same name while the
+/// application runs: the committed positions, the state and the
+/// changelogs all describe a log that no longer exists. The application
+/// must stop and say how to start over, not read the new log as if it
+/// continued the old one.
+#[test]
+fn a_source_topic_recreated_under_a_running_application_stops_it_naming_reset() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-recreated");
+    let source = unique("events");
+    create_topic(&source, 2);
+    let base_ms = (jiff::Timestamp::now().as_second() - 900) * 1000;
+    produce_events(&source, base_ms);
+    let end = vec![EVENTS / 2, EVENTS / 2];
+    let path = write_topology(dir.path(), &app, &source);
+    let config = AppConfig {
+        topology: path,
+        instance: "a".into(),
+        state_dir: dir.path().join("state"),
+        env: Vec::new(),
+        txn_header: false,
+        args: Vec::new(),
+    };
+    let running = App::start(&config, dir.path());
+    wait_committed_to(&running, &app, &source, &end, Duration::from_secs(120));
+
+    delete_topic(&source);
+    create_topic(&source, 2);
+    // Fewer records than the old log had: offsets it had passed already.
+    let producer = TestProducer::new();
+    for i in 0..10 {
+        producer.send_json(
+            &source,
+            &format!("k{i}"),
+            &json!({"k": format!("k{i}"), "i": i}),
+        );
+    }
+    producer.flush();
+
+    let (status, log) = running.wait_exit(Duration::from_secs(120));
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "exit status 3 (configuration); log:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("source topic `{source}`")) && log.contains("streamfold reset"),
+        "the error names the topic and the tool; log:\n{log}"
+    );
+}
