@@ -34,6 +34,7 @@
 //! registry is closed, and their traits are crate-private.
 
 pub mod config;
+pub mod exit_code;
 pub mod formats;
 pub mod operators;
 pub mod record;

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use streamfold::exit_code::ExitClass;
+use streamfold::runtime::RuntimeError;
 use streamfold::runtime::config::{RunOptions, default_instance_id};
 use streamfold::secrets;
 use streamfold::telemetry::logging::{self, LogFormat};
@@ -25,8 +27,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(name = "streamfold", version, about)]
 struct Cli {
-    /// Log format on stderr.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    /// Log format on stderr: `text`, or `json` (one JSON object a line,
+    /// fatal errors and topology diagnostics included). The level comes
+    /// from `RUST_LOG` (default `warn,streamfold=info`).
+    #[arg(long, global = true, value_enum, env = "STREAMFOLD_LOG_FORMAT", default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -52,9 +56,15 @@ enum Command {
         /// (default: the number of cores).
         #[arg(long, env = "STREAMFOLD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
         threads: Option<u16>,
-        /// Serve Prometheus metrics on this address (`0.0.0.0:9464`).
+        /// Serve Prometheus metrics (`/metrics`), liveness (`/healthz`) and
+        /// readiness (`/readyz`) on this address (`0.0.0.0:9464`; see
+        /// docs/operations.md).
         #[arg(long, env = "STREAMFOLD_METRICS_ADDR")]
         metrics_addr: Option<SocketAddr>,
+        /// How long the processing loop may go without a round before
+        /// `/healthz` answers 503 (`90s`, `5m`).
+        #[arg(long, env = "STREAMFOLD_STALL_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2m")]
+        stall_timeout: std::time::Duration,
         /// Serve interactive queries of the stores' committed state on this
         /// address (`0.0.0.0:8080`; see docs/queries.md). Off by default.
         #[arg(long, env = "STREAMFOLD_QUERY_ADDR")]
@@ -95,6 +105,17 @@ enum Command {
         /// Topology files.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Also connect to the cluster and check that it fits: source
+        /// topics exist and this principal may describe them, sources are
+        /// co-partitioned, existing internal topics agree.
+        #[arg(long)]
+        cluster: bool,
+        /// Overrides `kafka.bootstrap_servers` (with `--cluster`).
+        #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
+        bootstrap_servers: Option<String>,
+        /// Any librdkafka property (with `--cluster`): `-X security.protocol=ssl`.
+        #[arg(short = 'X', value_parser = parse_property)]
+        property: Vec<(String, String)>,
     },
     /// Draw a topology, with the internal topics it will create.
     Describe {
@@ -113,6 +134,29 @@ enum Command {
         #[arg(long)]
         bless: bool,
     },
+    /// Start an application over (it must be stopped): delete its
+    /// internal topics and consumer group, commit its source offsets from
+    /// where to start, remove this host's local state.
+    Reset {
+        /// The application's topology.
+        topology: PathBuf,
+        /// Where the sources start again: `earliest`, `latest`, or an RFC
+        /// 3339 time (the first record at or after it).
+        #[arg(long, default_value = "earliest")]
+        to: streamfold::runtime::reset::ResetTo,
+        /// Print the plan; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Overrides `processing.state_dir`.
+        #[arg(long, env = "STREAMFOLD_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// Overrides `kafka.bootstrap_servers`.
+        #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
+        bootstrap_servers: Option<String>,
+        /// Any librdkafka property: `-X security.protocol=ssl`.
+        #[arg(short = 'X', value_parser = parse_property)]
+        property: Vec<(String, String)>,
+    },
     /// Print the JSON Schema of the topology format (for editor completion).
     Schema,
     /// Work with the dead-letter topic.
@@ -128,8 +172,16 @@ enum DlqCommand {
     /// replay stopped, exactly once.
     Replay {
         /// The topology whose dead-letter topic to replay.
-        #[arg(long)]
-        topology: PathBuf,
+        #[arg(required_unless_present = "topology_flag")]
+        topology: Option<PathBuf>,
+        /// The topology, as a flag (`--topology FILE`, the older spelling).
+        #[arg(
+            long = "topology",
+            value_name = "FILE",
+            hide = true,
+            conflicts_with = "topology"
+        )]
+        topology_flag: Option<PathBuf>,
         /// jq condition on the letter (`.` is its value; `$key`,
         /// `$timestamp`, `$headers` include the `streamfold.dlq.*` headers):
         /// only letters it holds for are replayed.
@@ -168,17 +220,44 @@ fn bound_malloc_arenas() {
     }
 }
 
+/// A mistake in the command's input (a flag's value), as opposed to a
+/// failure while it ran: exits with [`ExitClass::Configuration`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct ConfigurationError(String);
+
 fn main() -> ExitCode {
     bound_malloc_arenas();
     let cli = Cli::parse();
     logging::init(cli.log_format);
-    match run(cli.command) {
-        Ok(code) => code,
+    match run(cli.command, cli.log_format) {
+        Ok(class) => exit(class),
         Err(e) => {
-            eprintln!("error: {}", secrets::scrub(&format!("{e:#}")));
-            ExitCode::FAILURE
+            let class = if let Some(error) = e.downcast_ref::<RuntimeError>() {
+                ExitClass::of_runtime(error)
+            } else if e.downcast_ref::<ConfigurationError>().is_some() {
+                ExitClass::Configuration
+            } else {
+                ExitClass::Failure
+            };
+            let message = format!("{e:#}");
+            let message = secrets::scrub(&message);
+            match cli.log_format {
+                LogFormat::Text => eprintln!("error: {message}"),
+                LogFormat::Json => tracing::error!(
+                    error = %message,
+                    class = class.name(),
+                    exit_code = class.code(),
+                    "Fatal error; exiting."
+                ),
+            }
+            exit(class)
         }
     }
+}
+
+fn exit(class: ExitClass) -> ExitCode {
+    ExitCode::from(class.code())
 }
 
 fn parse_property(text: &str) -> Result<(String, String), String> {
@@ -207,9 +286,10 @@ fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
                 if count == 1 {
                     tracing::info!("Signal received: finishing the current transaction and leaving the group (again to exit at once).");
                     flag.store(true, Ordering::Relaxed);
+                    streamfold::runtime::health::health().stopping();
                 } else {
                     tracing::warn!("Second signal: exiting now; the open transaction will be aborted and reprocessed.");
-                    std::process::exit(130);
+                    std::process::exit(i32::from(ExitClass::Interrupted.code()));
                 }
             }
         });
@@ -218,28 +298,77 @@ fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
 }
 
 /// Loads a topology or prints its diagnostics; warnings are printed
-/// either way. The topology's credentials are registered for masking.
-fn load(path: &std::path::Path) -> Option<Topology> {
+/// either way (as log events in JSON). The topology's credentials are
+/// registered for masking.
+fn load(path: &std::path::Path, format: LogFormat) -> Option<Topology> {
+    let print = |d: &topology::Diagnostic, error: bool| match format {
+        LogFormat::Text => eprintln!("{d}"),
+        LogFormat::Json if error => tracing::error!(
+            file = %path.display(),
+            line = d.pos.line,
+            column = d.pos.col,
+            diagnostic = %d,
+            "Invalid topology."
+        ),
+        LogFormat::Json => tracing::warn!(
+            file = %path.display(),
+            line = d.pos.line,
+            column = d.pos.col,
+            diagnostic = %d,
+            "Topology warning."
+        ),
+    };
     match topology::load_file(path) {
         Ok(t) => {
             for credential in t.credentials() {
                 secrets::register(credential);
             }
             for w in &t.warnings {
-                eprintln!("{w}");
+                print(w, false);
             }
             Some(t)
         }
         Err(diagnostics) => {
             for d in &diagnostics {
-                eprintln!("{d}");
+                print(d, true);
             }
             None
         }
     }
 }
 
-fn run(command: Command) -> anyhow::Result<ExitCode> {
+/// Whether librdkafka takes the topology's client settings; prints what
+/// it refuses, at the setting's place in the file.
+fn librdkafka_accepts(file: &std::path::Path, t: &Topology, log_format: LogFormat) -> bool {
+    let problems = streamfold::runtime::properties_check::librdkafka_problems(t);
+    if problems.is_empty() {
+        return true;
+    }
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let name = file.display().to_string();
+    for problem in problems {
+        let path: Vec<&str> = problem.path.iter().map(String::as_str).collect();
+        let diagnostic = topology::Diagnostic::at_path(
+            &name,
+            &text,
+            &path,
+            format!("librdkafka: {}", problem.message),
+        );
+        match log_format {
+            LogFormat::Text => eprintln!("{diagnostic}"),
+            LogFormat::Json => tracing::error!(
+                file = %name,
+                line = diagnostic.pos.line,
+                column = diagnostic.pos.col,
+                diagnostic = %diagnostic,
+                "Invalid topology."
+            ),
+        }
+    }
+    false
+}
+
+fn run(command: Command, log_format: LogFormat) -> anyhow::Result<ExitClass> {
     match command {
         Command::Run {
             topology,
@@ -248,6 +377,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             state_dir,
             threads,
             metrics_addr,
+            stall_timeout,
             query_addr,
             query_advertised_addr,
             property,
@@ -258,12 +388,13 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             #[cfg(feature = "fault-injection")]
             inject_fault,
         } => {
-            let Some(t) = load(&topology) else {
-                return Ok(ExitCode::FAILURE);
+            let Some(t) = load(&topology, log_format) else {
+                return Ok(ExitClass::Configuration);
             };
             secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            streamfold::runtime::health::health().set_stall_timeout(stall_timeout);
             if let Some(addr) = metrics_addr {
-                streamfold::runtime::metrics::install(addr).map_err(anyhow::Error::msg)?;
+                streamfold::runtime::metrics::install(addr).map_err(ConfigurationError)?;
                 streamfold::runtime::metrics::register_topology(&t);
             }
             let shutdown = Arc::new(AtomicBool::new(false));
@@ -291,15 +422,23 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             if streamfold::runtime::admin::wait_for_sources(&t, &admin, &shutdown)?
                 == streamfold::runtime::admin::SourcesWait::Stopped
             {
-                return Ok(ExitCode::SUCCESS);
+                return Ok(ExitClass::Success);
             }
             streamfold::runtime::engine::run(Arc::new(t), options, shutdown)?;
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitClass::Success)
         }
-        Command::Check { files } => {
+        Command::Check {
+            files,
+            cluster,
+            bootstrap_servers,
+            property,
+        } => {
+            secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             let mut failed = false;
+            let mut unreachable = None;
             for file in &files {
-                match load(file) {
+                match load(file, log_format) {
+                    Some(t) if !librdkafka_accepts(file, &t, log_format) => failed = true,
                     Some(t) => {
                         println!(
                             "{}: ok ({} sources, {} nodes, {} sinks, {} internal topics{})",
@@ -314,6 +453,32 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                                 n => format!(", {n} warnings"),
                             }
                         );
+                        if cluster {
+                            let options = RunOptions {
+                                bootstrap_servers: bootstrap_servers.clone(),
+                                instance_id: default_instance_id(),
+                                properties: property.clone(),
+                                ..RunOptions::default()
+                            };
+                            match streamfold::runtime::cluster_check::check_cluster(&t, &options) {
+                                Ok(report) if report.problems.is_empty() => println!(
+                                    "  cluster: ok ({} partitions, {} of {} internal topics exist)",
+                                    report.partitions.unwrap_or_default(),
+                                    report.existing_internal,
+                                    t.internal_topics().len()
+                                ),
+                                Ok(report) => {
+                                    failed = true;
+                                    for problem in &report.problems {
+                                        eprintln!("{}: cluster: {problem}", file.display());
+                                    }
+                                }
+                                Err(error) => {
+                                    eprintln!("{}: cluster: {error}", file.display());
+                                    unreachable = Some(ExitClass::of_runtime(&error));
+                                }
+                            }
+                        }
                         // Shows that `${VAR}`s resolved, passwords masked.
                         if let Some(security) = &t.kafka.security {
                             println!("  kafka security: {}", security.summary());
@@ -342,26 +507,26 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     None => failed = true,
                 }
             }
-            Ok(if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
+            Ok(match (failed, unreachable) {
+                (true, _) => ExitClass::Configuration,
+                (false, Some(class)) => class,
+                (false, None) => ExitClass::Success,
             })
         }
         Command::Describe { file, format } => {
-            let Some(t) = load(&file) else {
-                return Ok(ExitCode::FAILURE);
+            let Some(t) = load(&file, log_format) else {
+                return Ok(ExitClass::Configuration);
             };
             print!("{}", describe(&t, format));
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitClass::Success)
         }
         Command::Test {
             topology,
             cases,
             bless,
         } => {
-            let Some(t) = load(&topology) else {
-                return Ok(ExitCode::FAILURE);
+            let Some(t) = load(&topology, log_format) else {
+                return Ok(ExitClass::Configuration);
             };
             let reports = testkit::run_cases(&Arc::new(t), &cases, bless)
                 .with_context(|| format!("running the cases in {}", cases.display()))?;
@@ -392,19 +557,20 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     "{} cases blessed: review the changes under their expected/ folders",
                     reports.len()
                 );
-                return Ok(ExitCode::SUCCESS);
+                return Ok(ExitClass::Success);
             }
             println!("{} passed, {failed} failed", reports.len() - failed);
             Ok(if failed > 0 {
-                ExitCode::FAILURE
+                ExitClass::Failure
             } else {
-                ExitCode::SUCCESS
+                ExitClass::Success
             })
         }
         Command::Dlq {
             command:
                 DlqCommand::Replay {
                     topology,
+                    topology_flag,
                     filter,
                     dry_run,
                     from_beginning,
@@ -412,14 +578,18 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     property,
                 },
         } => {
-            let Some(t) = load(&topology) else {
-                return Ok(ExitCode::FAILURE);
+            // clap requires one of the two.
+            let Some(topology) = topology.or(topology_flag) else {
+                return Err(ConfigurationError("a topology file is required".into()).into());
+            };
+            let Some(t) = load(&topology, log_format) else {
+                return Ok(ExitClass::Configuration);
             };
             secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
             let filter = match filter {
                 Some(code) => Some(
                     streamfold::operators::expr::Program::compile(&code, &[])
-                        .map_err(|e| anyhow::anyhow!("--filter: {e}"))?,
+                        .map_err(|e| ConfigurationError(format!("--filter: {e}")))?,
                 ),
                 None => None,
             };
@@ -469,12 +639,48 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     report.truncated
                 );
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitClass::Success)
+        }
+        Command::Reset {
+            topology,
+            to,
+            dry_run,
+            state_dir,
+            bootstrap_servers,
+            property,
+        } => {
+            let Some(t) = load(&topology, log_format) else {
+                return Ok(ExitClass::Configuration);
+            };
+            secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            let options = RunOptions {
+                bootstrap_servers,
+                instance_id: default_instance_id(),
+                state_dir,
+                properties: property,
+                ..RunOptions::default()
+            };
+            use streamfold::runtime::reset::{ResetError, reset};
+            match reset(&t, &options, to, dry_run) {
+                Ok(plan) => {
+                    println!(
+                        "{} {}:",
+                        if dry_run { "Would reset" } else { "Reset" },
+                        plan.group
+                    );
+                    for line in plan.to_string().lines() {
+                        println!("  {line}");
+                    }
+                    Ok(ExitClass::Success)
+                }
+                Err(ResetError::Runtime(error)) => Err(error.into()),
+                Err(error) => Err(error.into()),
+            }
         }
         Command::Schema => {
             let schema = schemars::schema_for!(topology::model::TopologyFile);
             println!("{}", serde_json::to_string_pretty(&schema)?);
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitClass::Success)
         }
     }
 }

@@ -47,9 +47,9 @@ fn every_error_case_prints_exactly_its_pinned_message() {
         let expected = std::fs::read_to_string(case.join("expected.txt"))
             .unwrap_or_else(|_| panic!("{name}: expected.txt is missing"));
         let output = streamfold(&["check", &file]);
-        if output.status.code() != Some(1) {
+        if output.status.code() != Some(3) {
             failures.push(format!(
-                "{name}: exit status {:?}, want 1",
+                "{name}: exit status {:?}, want 3 (configuration)",
                 output.status.code()
             ));
         }
@@ -319,10 +319,82 @@ fn describe_and_check_show_the_query_api_and_its_settings() {
     )
     .unwrap();
     let bad = streamfold(&["check", &dir.path().join("bad.yaml").to_string_lossy()]);
-    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(bad.status.code(), Some(3));
     assert!(
         text(&bad.stderr).contains("queries.addr"),
         "{}",
         text(&bad.stderr)
+    );
+}
+
+/// A source's timestamp field in RFC 3339 with any UTC offset is the
+/// same instant (`+02:00`, `-03:30`, `+05:30`, `Z`); an impossible date is
+/// a dead letter. `expected/out.jsonl` pins each record's timestamp.
+#[test]
+fn rfc3339_timestamps_with_offsets_are_read_as_the_same_instant() {
+    let output = streamfold(&[
+        "test",
+        "tests/cases/timestamps/topology.yaml",
+        "tests/cases/timestamps",
+    ]);
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    assert!(
+        stdout.contains("ok      offsets (6 records in, 6 out)"),
+        "{stdout}"
+    );
+}
+
+/// librdkafka itself judges the client settings at `check` time: a
+/// misspelled property fails with its line and column, as `run` would fail
+/// to start.
+#[test]
+fn a_misspelled_librdkafka_property_fails_check_at_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.yaml");
+    std::fs::write(
+        &path,
+        "name: app
+kafka:
+  bootstrap_servers: localhost:9092
+  consumer:
+    fetch.max.bytes: 52428800
+  producer:
+    linger.msec: 20
+sources:
+  events: { topic: events }
+nodes:
+  kept: { type: filter, input: events, condition: '.keep' }
+sinks:
+  out: { topic: out, input: kept }
+",
+    )
+    .unwrap();
+    let file = path.to_string_lossy().into_owned();
+    let output = streamfold(&["check", &file]);
+    assert_eq!(output.status.code(), Some(3), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stderr),
+        format!(
+            "{file}:7:5: kafka.producer.linger.msec: librdkafka: No such configuration property: \"linger.msec\"\n"
+        )
+    );
+    // Properties that exist but contradict each other, at the one named.
+    std::fs::write(
+        &path,
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("linger.msec: 20", "linger.ms: 20")
+            .replace("fetch.max.bytes: 52428800", "fetch.max.bytes: 1024"),
+    )
+    .unwrap();
+    let output = streamfold(&["check", &file]);
+    assert_eq!(output.status.code(), Some(3));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "{file}:5:5: kafka.consumer.fetch.max.bytes: librdkafka: "
+        )),
+        "{stderr}"
     );
 }

@@ -500,3 +500,331 @@ fn metric_names_are_read_out_of_promql() {
         vec!["streamfold_a_total", "streamfold_b"]
     );
 }
+
+/// What `cargo build` reads, relative to the repository root: the
+/// manifest and lock file; every target (library, binaries, tests,
+/// benches, build script) of the packages that live in the repository,
+/// the workspace's own and the path dependencies and `[patch]` entries
+/// (which `cargo metadata` lists with no registry source); and each of
+/// those other packages whole, as cargo packages them.
+fn build_inputs() -> BTreeSet<PathBuf> {
+    // The image builds for Linux: the metadata of this host's platform
+    // needs no crate that is not downloaded already.
+    let rustc = std::process::Command::new(std::env::var("RUSTC").unwrap_or("rustc".into()))
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV");
+    let host = String::from_utf8_lossy(&rustc.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc -vV names the host");
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["--filter-platform", &host])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        output.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let workspace = PathBuf::from(metadata["workspace_root"].as_str().unwrap());
+    let members: BTreeSet<&str> = metadata["workspace_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    let relative = |path: &Path| -> PathBuf {
+        path.strip_prefix(&workspace)
+            .unwrap_or_else(|_| panic!("{} is outside the build context", path.display()))
+            .to_path_buf()
+    };
+    let mut inputs = BTreeSet::from([PathBuf::from("Cargo.toml"), PathBuf::from("Cargo.lock")]);
+    for package in metadata["packages"].as_array().unwrap() {
+        if !package["source"].is_null() {
+            continue;
+        }
+        let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap());
+        if members.contains(package["id"].as_str().unwrap()) {
+            for target in package["targets"].as_array().unwrap() {
+                inputs.insert(relative(Path::new(target["src_path"].as_str().unwrap())));
+            }
+        } else {
+            inputs.insert(relative(manifest.parent().unwrap()));
+        }
+        for dependency in package["dependencies"].as_array().unwrap() {
+            if let Some(path) = dependency["path"].as_str() {
+                inputs.insert(relative(Path::new(path)));
+            }
+        }
+    }
+    // A `[patch]` entry no package uses is not in the metadata, and cargo
+    // still reads it.
+    let mut in_patch = false;
+    for line in read(&root().join("Cargo.toml")).lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_patch = line.starts_with("[patch.");
+        } else if in_patch && let Some((_, rest)) = line.split_once("path = \"") {
+            let path = rest.split('"').next().unwrap();
+            inputs.insert(PathBuf::from(path));
+        }
+    }
+    inputs
+}
+
+/// The build stage's `COPY <source>... <destination>` instructions, each
+/// source with where it lands relative to the stage's working directory.
+fn build_stage_copies(dockerfile: &str) -> Vec<(PathBuf, PathBuf)> {
+    let mut copies = Vec::new();
+    let mut workdir = PathBuf::from("/");
+    let mut stages = 0;
+    for line in dockerfile.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.first().copied() {
+            Some("FROM") => {
+                stages += 1;
+                if stages > 1 {
+                    break;
+                }
+            }
+            Some("WORKDIR") => workdir = workdir.join(words[1]),
+            Some("COPY") => {
+                let args: Vec<&str> = words[1..]
+                    .iter()
+                    .copied()
+                    .filter(|w| !w.starts_with("--"))
+                    .collect();
+                if words.iter().any(|w| w.starts_with("--from=")) || args.len() < 2 {
+                    continue;
+                }
+                let (destination, sources) = args.split_last().unwrap();
+                let destination = normalise(&workdir.join(destination));
+                for source in sources {
+                    let source = PathBuf::from(source.trim_end_matches('/'));
+                    // `COPY file ./` keeps the file's name; `COPY dir ./dir`
+                    // copies the directory's contents there.
+                    let keeps_name = root().join(&source).is_dir()
+                        || destination
+                            .file_name()
+                            .is_some_and(|n| Some(n) == source.file_name());
+                    let landed = if keeps_name {
+                        destination.clone()
+                    } else {
+                        destination.join(source.file_name().unwrap())
+                    };
+                    let landed = landed
+                        .strip_prefix(&workdir)
+                        .map(Path::to_path_buf)
+                        .unwrap_or_else(|_| PathBuf::from("/").join(landed));
+                    copies.push((source, landed));
+                }
+            }
+            _ => {}
+        }
+    }
+    copies
+}
+
+fn normalise(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Whether the build stage copies `input` to the same place relative to
+/// its working directory as it has in the repository (where cargo looks).
+fn copied(copies: &[(PathBuf, PathBuf)], input: &Path) -> bool {
+    copies.iter().any(|(source, landed)| {
+        input
+            .strip_prefix(source)
+            .is_ok_and(|rest| landed.join(rest) == input)
+    })
+}
+
+/// A `.dockerignore` as Docker reads it: patterns in order, `!` re-includes,
+/// a pattern that matches a directory excludes what is under it.
+struct DockerIgnore {
+    patterns: Vec<(bool, Vec<String>)>,
+}
+
+impl DockerIgnore {
+    fn parse(text: &str) -> DockerIgnore {
+        let patterns = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| {
+                let (negated, pattern) = match l.strip_prefix('!') {
+                    Some(rest) => (true, rest.trim()),
+                    None => (false, l),
+                };
+                let parts = pattern
+                    .trim_start_matches('/')
+                    .split('/')
+                    .filter(|p| !p.is_empty() && *p != ".")
+                    .map(str::to_string)
+                    .collect();
+                (negated, parts)
+            })
+            .collect();
+        DockerIgnore { patterns }
+    }
+
+    fn excludes(&self, path: &Path) -> bool {
+        let parts: Vec<String> = path
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let mut excluded = false;
+        for (negated, pattern) in &self.patterns {
+            let hit = (1..=parts.len()).any(|n| glob_parts(pattern, &parts[..n]));
+            if hit {
+                excluded = !negated;
+            }
+        }
+        excluded
+    }
+}
+
+/// Path components against pattern components, `**` spanning any number.
+fn glob_parts(pattern: &[String], parts: &[String]) -> bool {
+    match pattern.split_first() {
+        None => parts.is_empty(),
+        Some((first, rest)) if first == "**" => {
+            (0..=parts.len()).any(|skip| glob_parts(rest, &parts[skip..]))
+        }
+        Some((first, rest)) => match parts.split_first() {
+            Some((part, others)) => {
+                glob(first.as_bytes(), part.as_bytes()) && glob_parts(rest, others)
+            }
+            None => false,
+        },
+    }
+}
+
+/// One path component against a pattern of `*` and `?`.
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob(rest, &text[skip..])),
+        Some((b'?', rest)) => !text.is_empty() && glob(rest, &text[1..]),
+        Some((c, rest)) => text.first() == Some(c) && glob(rest, &text[1..]),
+    }
+}
+
+/// The files under `path` (itself when it is a file).
+fn files_under(path: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut pending = vec![path.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                pending.push(entry.unwrap().path());
+            }
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_image_build_gets_every_file_cargo_reads() {
+    let inputs = build_inputs();
+    assert!(
+        inputs.contains(Path::new("vendor/rdkafka-sys")),
+        "the patched librdkafka crate is a build input: {inputs:?}"
+    );
+    assert!(inputs.contains(Path::new("src/main.rs")), "{inputs:?}");
+    let dockerfile = read(&docker().join("Dockerfile"));
+    let copies = build_stage_copies(&dockerfile);
+    let missing: Vec<&PathBuf> = inputs.iter().filter(|i| !copied(&copies, i)).collect();
+    assert!(
+        missing.is_empty(),
+        "docker/Dockerfile's build stage does not copy (to where cargo looks) {missing:?}; it copies {copies:?}"
+    );
+    // BuildKit reads `<Dockerfile>.dockerignore` beside the Dockerfile in
+    // place of the context's own `.dockerignore`.
+    let ignore = DockerIgnore::parse(&read(&docker().join("Dockerfile.dockerignore")));
+    let mut left_out = Vec::new();
+    for input in &inputs {
+        for file in files_under(&root().join(input)) {
+            let relative = file.strip_prefix(root()).unwrap().to_path_buf();
+            if ignore.excludes(&relative) {
+                left_out.push(relative);
+            }
+        }
+    }
+    assert!(
+        left_out.is_empty(),
+        "docker/Dockerfile.dockerignore leaves out of the build context {left_out:?}"
+    );
+}
+
+#[test]
+fn dockerignore_patterns_match_as_docker_matches_them() {
+    let ignore = DockerIgnore::parse(
+        "target\n/streamfold-state\n**/*.profraw\nvendor/*/tests\n!vendor/keep/tests\n",
+    );
+    assert!(ignore.excludes(Path::new("target/release/streamfold")));
+    assert!(ignore.excludes(Path::new("streamfold-state")));
+    assert!(ignore.excludes(Path::new("a/b/default.profraw")));
+    assert!(ignore.excludes(Path::new("x.profraw")));
+    assert!(ignore.excludes(Path::new("vendor/rdkafka-sys/tests/a.rs")));
+    assert!(!ignore.excludes(Path::new("vendor/keep/tests/a.rs")));
+    assert!(!ignore.excludes(Path::new("vendor/rdkafka-sys/src/lib.rs")));
+    assert!(!ignore.excludes(Path::new("src/target.rs")));
+}
+
+#[test]
+fn the_copy_check_catches_a_missing_directory() {
+    let copies = build_stage_copies(
+        "FROM rust AS build\nWORKDIR /src\nCOPY Cargo.toml Cargo.lock ./\nCOPY src ./src\nCOPY benches ./elsewhere\nFROM debian\nCOPY vendor ./vendor\n",
+    );
+    assert!(copied(&copies, Path::new("Cargo.lock")));
+    assert!(copied(&copies, Path::new("src/main.rs")));
+    assert!(
+        !copied(&copies, Path::new("benches/e2e.rs")),
+        "copied elsewhere"
+    );
+    assert!(
+        !copied(&copies, Path::new("vendor/rdkafka-sys")),
+        "only the runtime stage copies it"
+    );
+}
+
+#[test]
+fn the_image_healthcheck_asks_healthz_on_the_metrics_port_of_its_command() {
+    let dockerfile = read(&docker().join("Dockerfile"));
+    let check = dockerfile
+        .split("HEALTHCHECK")
+        .nth(1)
+        .expect("the Dockerfile has a HEALTHCHECK")
+        .replace("\\\n", " ");
+    let check = check.lines().next().unwrap();
+    let exec: Vec<String> = serde_json::from_str(&check[check.find("CMD").unwrap() + 3..])
+        .expect("HEALTHCHECK CMD in exec form");
+    let script = exec.last().unwrap();
+    assert!(script.contains("/healthz"), "{script}");
+    let image_cmd = dockerfile.lines().find(|l| l.starts_with("CMD ")).unwrap();
+    let cmd: Vec<String> = serde_json::from_str(image_cmd.trim_start_matches("CMD ")).unwrap();
+    let at = cmd.iter().position(|a| a == "--metrics-addr").unwrap();
+    let port = cmd[at + 1].rsplit(':').next().unwrap();
+    assert!(
+        script.contains(&format!("/127.0.0.1/{port}")),
+        "the health check asks port {port}: {script}"
+    );
+    assert!(dockerfile.contains(&format!("EXPOSE {port}")));
+}

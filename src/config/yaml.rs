@@ -352,6 +352,31 @@ impl Builder<'_> {
     }
 }
 
+/// What an unset variable becomes.
+enum Fallback<'a> {
+    /// `${VAR:-default}`.
+    Default(&'a str),
+    /// `${VAR:?message}`.
+    Error(&'a str),
+}
+
+/// The contents of a secret file for `${file:/path}`, without the line
+/// break editors and `kubectl create secret --from-file` leave at the end.
+fn read_secret_file(path: &str) -> Result<String, String> {
+    if path.is_empty() {
+        return Err("`${file:}` names no file (write ${file:/path/to/secret})".into());
+    }
+    let mut text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the file `{path}` of `${{file:{path}}}`: {e}"))?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
+}
+
 /// Resolves a plain scalar with the YAML 1.2 core schema.
 fn resolve_plain(text: &str) -> Kind {
     match text {
@@ -396,7 +421,10 @@ fn resolve_plain(text: &str) -> Kind {
     Kind::Str(text.to_string())
 }
 
-/// Expands `${VAR}` and `${VAR:-default}`; `$${` is a literal `${`.
+/// Expands `${VAR}`, `${VAR:-default}` (the default when `VAR` is unset or
+/// empty), `${VAR:?message}` (an error saying `message` then) and
+/// `${file:/path}` (the file's contents without the trailing line break:
+/// a secret mounted as a file); `$${` is a literal `${`.
 pub(crate) fn interpolate(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
@@ -417,22 +445,37 @@ pub(crate) fn interpolate(
                 .find('}')
                 .ok_or_else(|| format!("unterminated `${{` in `{text}`"))?;
             let expr = &body[..end];
-            let (name, default) = match expr.split_once(":-") {
-                Some((name, default)) => (name, Some(default)),
-                None => (expr, None),
+            if let Some(path) = expr.strip_prefix("file:") {
+                out.push_str(&read_secret_file(path)?);
+                rest = &body[end + 1..];
+                continue;
+            }
+            let (name, fallback) = match (expr.split_once(":-"), expr.split_once(":?")) {
+                (Some((name, default)), None) => (name, Some(Fallback::Default(default))),
+                (None, Some((name, message))) => (name, Some(Fallback::Error(message))),
+                (Some((a, default)), Some((b, _))) if a.len() < b.len() => {
+                    (a, Some(Fallback::Default(default)))
+                }
+                (Some(_), Some((name, message))) => (name, Some(Fallback::Error(message))),
+                (None, None) => (expr, None),
             };
             let valid = !name.is_empty()
                 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
                 && !name.as_bytes()[0].is_ascii_digit();
             if !valid {
                 return Err(format!(
-                    "`${{{expr}}}` is not a valid variable reference (use ${{NAME}} or ${{NAME:-default}})"
+                    "`${{{expr}}}` is not a valid reference (use ${{NAME}}, ${{NAME:-default}}, ${{NAME:?message}} or ${{file:/path}})"
                 ));
             }
-            match (env(name).filter(|v| !v.is_empty()), default) {
+            match (env(name).filter(|v| !v.is_empty()), fallback) {
                 (Some(value), _) => out.push_str(&value),
-                (None, Some(default)) => out.push_str(default),
-                (None, None) => {
+                (None, Some(Fallback::Default(default))) => out.push_str(default),
+                (None, Some(Fallback::Error(message))) if !message.is_empty() => {
+                    return Err(format!(
+                        "environment variable `{name}` is not set: {message}"
+                    ));
+                }
+                (None, _) => {
                     return Err(format!(
                         "environment variable `{name}` is not set (write ${{{name}:-default}} to give a default)"
                     ));
@@ -519,6 +562,46 @@ mod tests {
         let err = interpolate("${MISSING}", &env).unwrap_err();
         assert!(err.contains("`MISSING` is not set"), "{err}");
         assert!(interpolate("${1BAD}", &env).is_err());
+    }
+
+    #[test]
+    fn a_required_variable_fails_with_its_message() {
+        let env = |name: &str| (name == "SET").then(|| "v".to_string());
+        assert_eq!(interpolate("${SET:?needed}", &env).unwrap(), "v");
+        let err = interpolate("${KAFKA_PASSWORD:?set it from the secret}", &env).unwrap_err();
+        assert_eq!(
+            err,
+            "environment variable `KAFKA_PASSWORD` is not set: set it from the secret"
+        );
+        // Empty counts as unset, as with `:-`.
+        let empty = |_: &str| Some(String::new());
+        assert!(interpolate("${X:?no}", &empty).is_err());
+        // Without a message, the usual one.
+        assert!(
+            interpolate("${X:?}", &env)
+                .unwrap_err()
+                .contains("`X` is not set")
+        );
+        // A default that contains `:?` is a default.
+        assert_eq!(interpolate("${X:-a:?b}", &env).unwrap(), "a:?b");
+    }
+
+    #[test]
+    fn a_file_reference_reads_the_secret_without_its_line_break() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("password");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let text = format!("pw=${{file:{}}}!", path.display());
+        assert_eq!(interpolate(&text, &no_env).unwrap(), "pw=s3cret!");
+        std::fs::write(&path, "two\nlines\r\n").unwrap();
+        assert_eq!(
+            interpolate(&format!("${{file:{}}}", path.display()), &no_env).unwrap(),
+            "two\nlines"
+        );
+        let missing = dir.path().join("missing");
+        let err = interpolate(&format!("${{file:{}}}", missing.display()), &no_env).unwrap_err();
+        assert!(err.contains("cannot read the file"), "{err}");
+        assert!(interpolate("${file:}", &no_env).is_err());
     }
 
     #[test]

@@ -64,11 +64,7 @@ pub(crate) fn order_value(value: &Value) -> Option<i64> {
             let f = n.as_f64()?;
             (f.fract() == 0.0 && f >= i64::MIN as f64 && f <= i64::MAX as f64).then_some(f as i64)
         }),
-        Value::String(s) => {
-            let time = humantime::parse_rfc3339_weak(s).ok()?;
-            let ms = time.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
-            i64::try_from(ms).ok()
-        }
+        Value::String(s) => Some(crate::record::json::rfc3339_instant(s)?.as_millisecond()),
         _ => None,
     }
 }
@@ -167,6 +163,11 @@ mod tests {
         assert_eq!(
             order_value(&json!("2025-01-01T00:00:01Z")),
             Some(1_735_689_601_000)
+        );
+        assert_eq!(
+            order_value(&json!("2025-01-01T02:00:01+02:00")),
+            Some(1_735_689_601_000),
+            "an offset is the same instant"
         );
         assert_eq!(order_value(&json!("soon")), None);
         let pointer = JsonPointer::parse("/seq").unwrap();

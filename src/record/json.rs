@@ -2,7 +2,7 @@
 
 use std::cmp::Ordering;
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -422,16 +422,27 @@ pub(crate) fn rfc3339_millis(ts: Timestamp) -> String {
 pub fn parse_timestamp(value: &Value) -> Option<Timestamp> {
     match value {
         Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        Value::String(s) => {
-            let time = humantime::parse_rfc3339_weak(s).ok()?;
-            let ms = time
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .ok()?
-                .as_millis();
-            i64::try_from(ms).ok()
-        }
+        Value::String(s) => Some(rfc3339_instant(s)?.as_millisecond()),
         _ => None,
     }
+}
+
+/// An RFC 3339 time as an instant, with any UTC offset (`Z`, `+02:00`,
+/// `-05:30`; `2025-06-01T12:00:00+02:00` is 10:00 UTC), a fraction of a
+/// second to nanoseconds, and before 1970 too. A time without an offset
+/// (`2025-06-01T12:00:00`, `2025-06-01 12:00:00`) is read as UTC, as
+/// earlier versions read it. jiff (already in the tree through jaq's
+/// date functions) parses it: humantime's RFC 3339 reader knows `Z`
+/// only, and turned every other offset into a dead letter.
+pub(crate) fn rfc3339_instant(text: &str) -> Option<jiff::Timestamp> {
+    if let Ok(instant) = text.parse::<jiff::Timestamp>() {
+        return Some(instant);
+    }
+    let civil = text.parse::<jiff::civil::DateTime>().ok()?;
+    civil
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .ok()
+        .map(|zoned| zoned.timestamp())
 }
 
 #[cfg(test)]
@@ -716,5 +727,36 @@ mod tests {
         );
         assert_eq!(parse_timestamp(&json!(42)), Some(42));
         assert_eq!(parse_timestamp(&json!("yesterday")), None);
+    }
+
+    #[test]
+    fn rfc3339_times_with_any_offset_are_the_same_instant() {
+        let utc = Some(1_748_772_000_000);
+        for text in [
+            "2025-06-01T10:00:00Z",
+            "2025-06-01T10:00:00z",
+            "2025-06-01T12:00:00+02:00",
+            "2025-06-01T05:30:00-04:30",
+            "2025-06-01T10:00:00+00:00",
+            "2025-06-01t10:00:00.000Z",
+            // Without an offset, UTC (as humantime read it).
+            "2025-06-01T10:00:00",
+            "2025-06-01 10:00:00",
+        ] {
+            assert_eq!(parse_timestamp(&json!(text)), utc, "{text}");
+        }
+        assert_eq!(
+            parse_timestamp(&json!("2025-06-01T05:30:00.250-04:30")),
+            Some(1_748_772_000_250)
+        );
+        assert_eq!(parse_timestamp(&json!("1969-12-31T23:59:59Z")), Some(-1000));
+        for bad in [
+            "2025-06-31T10:00:00+02:00",
+            "2025-13-01T10:00:00Z",
+            "10:00",
+            "2025-06-01T10:00:00+2:00",
+        ] {
+            assert_eq!(parse_timestamp(&json!(bad)), None, "{bad}");
+        }
     }
 }

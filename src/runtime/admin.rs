@@ -55,7 +55,7 @@ struct NewTopicSpec {
     compact: bool,
 }
 
-fn topic_partitions(
+pub(crate) fn topic_partitions(
     admin: &AdminClient<DefaultClientContext>,
     servers: &str,
 ) -> Result<HashMap<String, i32>, RuntimeError> {
@@ -336,7 +336,7 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
         });
     }
     if !create.is_empty() {
-        create_topics(&admin, &create)?;
+        create_topics(&admin, &create, &topology.kafka.internal_topics)?;
         wait_for_topics(&admin, &servers, &create)?;
     }
     let mut written: Vec<String> = topology
@@ -422,24 +422,34 @@ fn describe_topics(
     Ok(out)
 }
 
+/// Creates the topics, replicated as `replication` says (the broker's
+/// defaults where it says nothing).
 fn create_topics(
     admin: &AdminClient<DefaultClientContext>,
     create: &[Creation],
+    replication: &crate::topology::model::InternalTopicsConfig,
 ) -> Result<(), RuntimeError> {
     let compact = [("cleanup.policy", "compact")];
+    // -1 asks the broker for its `default.replication.factor`.
+    let replicas = replication
+        .replication_factor
+        .map_or(-1, |r| i32::from(r.get()));
+    let min_insync = replication.min_insync_replicas.map(|m| m.to_string());
     let new_topics: Vec<NewTopic<'_>> = create
         .iter()
         .map(|c| {
-            let topic = NewTopic::new(
+            let mut topic = NewTopic::new(
                 &c.topic.name,
                 c.topic.partitions,
-                TopicReplication::Fixed(-1),
+                TopicReplication::Fixed(replicas),
             );
             if c.topic.compact {
-                compact.iter().fold(topic, |t, (k, v)| t.set(k, v))
-            } else {
-                topic
+                topic = compact.iter().fold(topic, |t, (k, v)| t.set(k, v));
             }
+            if let Some(min) = &min_insync {
+                topic = topic.set("min.insync.replicas", min);
+            }
+            topic
         })
         .collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -496,7 +506,7 @@ fn wait_for_topics(
 /// removes old records, and a restore from scratch would silently rebuild
 /// only the state written within the retention period. A broker that does
 /// not report the setting cannot be checked, and is let through.
-fn refuse_uncompacted_changelogs(
+pub(crate) fn refuse_uncompacted_changelogs(
     admin: &AdminClient<DefaultClientContext>,
     changelogs: &[String],
 ) -> Result<(), RuntimeError> {

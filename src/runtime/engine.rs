@@ -42,6 +42,7 @@ use super::commit::{
 use super::config::{self, RunOptions};
 use super::fetch::TaskQueue;
 use super::restore::Restorer;
+use super::source_watch::SourceWatch;
 use super::{RuntimeError, admin, query, wire};
 use crate::formats::{Codecs, Wire};
 use crate::record::{Origin, Record};
@@ -77,6 +78,17 @@ pub fn run(
         &shutdown,
     )?;
     super::metrics::register_partitions(&topology, layout.partitions);
+    let mut source_topics: Vec<String> = topology
+        .sources
+        .iter()
+        .map(|s| s.config.topic.clone())
+        .collect();
+    source_topics.sort();
+    source_topics.dedup();
+    let source_watch = Arc::new(SourceWatch::start(
+        &config::admin_config(&topology, &options),
+        &source_topics,
+    )?);
     tracing::info!(
         topology = %topology.name,
         instance = %options.instance_id,
@@ -94,7 +106,14 @@ pub fn run(
         None => None,
     };
     let query_state = queries.as_ref().map(|q| Arc::clone(&q.state));
-    let result = run_members(&topology, &options, &layout, &shutdown, query_state);
+    let result = run_members(
+        &topology,
+        &options,
+        &layout,
+        &shutdown,
+        query_state,
+        &source_watch,
+    );
     if let Some(queries) = queries {
         queries.stop();
     }
@@ -128,10 +147,18 @@ fn run_members(
     layout: &Layout,
     shutdown: &AtomicBool,
     queries: Option<Arc<query::QueryState>>,
+    source_watch: &Arc<SourceWatch>,
 ) -> Result<(), RuntimeError> {
     let mut failures: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
     loop {
-        match run_member(topology, options, layout, shutdown, queries.clone()) {
+        match run_member(
+            topology,
+            options,
+            layout,
+            shutdown,
+            queries.clone(),
+            source_watch,
+        ) {
             Err(RuntimeError::Commit(CommitError::Fatal(reason)))
                 if !shutdown.load(Ordering::Relaxed) =>
             {
@@ -172,6 +199,7 @@ fn run_member(
     layout: &Layout,
     shutdown: &AtomicBool,
     queries: Option<Arc<query::QueryState>>,
+    source_watch: &Arc<SourceWatch>,
 ) -> Result<(), RuntimeError> {
     let exactly_once = topology.processing.guarantee == Guarantee::ExactlyOnce;
     let txn = Transactions::new(
@@ -183,6 +211,7 @@ fn run_member(
     )
     .map_err(|e| RuntimeError::Startup(format!("cannot start the transactional producer: {e}")))?;
     tracing::info!(run = %txn.run_id(), "Producer ready; joining the group.");
+    let _membership = super::health::health().member();
     let changelogs: Vec<String> = topology
         .stores()
         .map(|s| s.changelog_topic.clone())
@@ -200,6 +229,7 @@ fn run_member(
     tracing::info!(threads, "Processing threads.");
     let mut engine = Engine::new(Arc::clone(topology), options, layout, codecs, txn, restorer);
     engine.queries = queries;
+    engine.source_watch = Some(Arc::clone(source_watch));
     engine.pool = pool;
     let context = EngineContext {
         epoch: Arc::clone(&engine.epoch),
@@ -719,6 +749,8 @@ struct Engine {
     fatal: Option<RuntimeError>,
     /// Shared with the query server (`--query-addr`).
     queries: Option<Arc<query::QueryState>>,
+    /// Tells when a source topic was deleted or re-created under the run.
+    source_watch: Option<Arc<SourceWatch>>,
 }
 
 pub(crate) fn wall_clock_ms() -> i64 {
@@ -814,6 +846,7 @@ impl Engine {
             next_offsets_fetch: now,
             next_offsets_warning: now,
             fatal: None,
+            source_watch: None,
             queries: None,
             topology,
         }
@@ -858,6 +891,12 @@ impl Engine {
     /// New tasks: open their state, pause their partitions, start
     /// restoring.
     fn assigned(&mut self, consumer: &BaseConsumer<EngineContext>, tasks: &[i32]) {
+        // A source topic deleted and re-created between two rebalances
+        // comes back as a new assignment: its id tells (the new tasks
+        // restore first, which leaves the watch time to answer).
+        if let Some(watch) = &self.source_watch {
+            watch.check_now();
+        }
         for &task in tasks {
             if self.tasks.contains_key(&task) {
                 continue;
@@ -1229,6 +1268,11 @@ impl Engine {
                 count: skipped,
             } = behind;
             tracing::warn!(task, %topic, offset, position, skipped, "The consumer delivered records behind the task's position again (processed already); skipped them.");
+            // Or the topic is a new one under the old name, whose offsets
+            // start over: its id tells.
+            if let Some(watch) = &self.source_watch {
+                watch.check_now();
+            }
             metrics::counter!(telemetry::RECORDS_BEHIND, "topology" => self.topology.name.clone())
                 .increment(skipped);
         }
@@ -1384,6 +1428,9 @@ impl Engine {
         if let Some(error) = self.fatal.take() {
             return Err(error);
         }
+        if let Some(error) = self.source_watch.as_ref().and_then(|w| w.replaced()) {
+            return Err(error);
+        }
         self.now = wall_clock_ms();
         let now = Instant::now();
         if self.cycle.txn.take_consumer_rewind() {
@@ -1430,6 +1477,7 @@ impl Engine {
         {
             self.commit(consumer)?;
         }
+        super::health::health().round(self.task_counts());
         if self.consumed_unreported > 0 {
             metrics::counter!(telemetry::RECORDS_CONSUMED, "topology" => self.topology.name.clone())
                 .increment(std::mem::take(&mut self.consumed_unreported));
@@ -1450,6 +1498,22 @@ impl Engine {
                 .set(self.record_cache.used() as f64);
         }
         Ok(())
+    }
+
+    /// The tasks by what they do, for readiness.
+    fn task_counts(&self) -> super::health::TaskCounts {
+        let mut counts = super::health::TaskCounts {
+            assigned: self.tasks.len(),
+            ..Default::default()
+        };
+        for slot in self.tasks.values() {
+            match (slot.running, slot.awaiting_offsets) {
+                (true, _) => counts.running += 1,
+                (false, true) => counts.awaiting_offsets += 1,
+                (false, false) => counts.restoring += 1,
+            }
+        }
+        counts
     }
 
     fn restore_step(&mut self, consumer: &BaseConsumer<EngineContext>) -> Result<(), RuntimeError> {

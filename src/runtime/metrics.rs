@@ -1,4 +1,4 @@
-//! The Prometheus exporter behind `--metrics-addr`, and the series that
+//! The Prometheus recorder behind `--metrics-addr`, and the series that
 //! exist from startup.
 //!
 //! A counter that appears only once it moves cannot be told from a process
@@ -23,10 +23,10 @@ const COMMIT_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// Serves `/metrics` on `addr` from a background thread.
-pub fn install(addr: SocketAddr) -> Result<(), String> {
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
+/// Installs the Prometheus recorder and serves it, with the health
+/// endpoints, on `addr` ([`super::ops_server`]); returns the bound address.
+pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
+    let recorder = PrometheusBuilder::new()
         .set_buckets_for_metric(
             Matcher::Full(telemetry::COMMIT_DURATION.to_string()),
             COMMIT_BUCKETS,
@@ -38,8 +38,12 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
             )
         })
         .map_err(|e| e.to_string())?
-        .install()
-        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))
+        .build_recorder();
+    let handle = recorder.handle();
+    let bound = super::ops_server::serve(addr, handle).map_err(|e| e.to_string())?;
+    ::metrics::set_global_recorder(recorder)
+        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+    Ok(bound)
 }
 
 /// One counter of a source, node or sink.

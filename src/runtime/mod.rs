@@ -9,20 +9,28 @@
 //! - [`admin`]: startup checks and topic creation;
 //! - [`changelog`]: the writer chain, the position rule, and what is stored
 //!   with state;
-//! - [`replay`]: `streamfold dlq replay`; [`query`]: interactive queries.
+//! - [`replay`]: `streamfold dlq replay`; [`query`]: interactive queries;
+//! - [`health`] and [`ops_server`]: liveness, readiness and metrics over
+//!   HTTP.
 
 pub mod admin;
 pub(crate) mod batch;
 pub(crate) mod changelog;
+pub mod cluster_check;
 pub mod commit;
 pub mod config;
 pub mod connect;
 pub mod engine;
 pub(crate) mod fetch;
+pub mod health;
 pub mod metrics;
+pub mod ops_server;
+pub mod properties_check;
 pub mod query;
 pub mod replay;
+pub mod reset;
 pub(crate) mod restore;
+pub(crate) mod source_watch;
 pub(crate) mod wire;
 
 pub use fetch::RawHeaders;
@@ -56,6 +64,21 @@ pub enum RuntimeError {
         reason: String,
         /// What to check, or empty.
         hint: String,
+    },
+    /// A source topic was deleted (and maybe created again) while the
+    /// application ran: what it committed, stored and wrote to its
+    /// changelogs describes records the topic no longer holds.
+    #[error(
+        "source topic `{topic}` was deleted{} while the application ran (its id was {id}{}): the committed positions, the local state and the changelogs describe records it no longer holds. Stop every instance, then start the application over with `streamfold reset` (its internal topics, offsets and local state go; the sources are read again from where you choose)",
+        if recreated.is_some() { " and created again" } else { "" },
+        recreated.as_ref().map_or(String::new(), |now| format!(", it is {now} now"))
+    )]
+    SourceReplaced {
+        topic: String,
+        /// The topic's id when `run` started.
+        id: String,
+        /// The new topic's id, when one was created under the name.
+        recreated: Option<String>,
     },
     /// The cluster does not fit the topology (missing or mismatched topics).
     #[error("{0}")]

@@ -264,6 +264,10 @@ impl Loader {
                 at.extend(path);
                 self.error_at(&at, message);
             }
+            for (field, message) in kafka.internal_topics.problems() {
+                let at = ["kafka".into(), "internal_topics".into(), field.into()];
+                self.error_at(&at, message);
+            }
         }
     }
 

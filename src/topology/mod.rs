@@ -47,6 +47,36 @@ pub struct Diagnostic {
     pub(crate) severity: Severity,
 }
 
+impl Diagnostic {
+    /// An error about the setting at `path` (`["kafka", "consumer",
+    /// "fetch.max.bytes"]`) of the topology file `file` whose text is
+    /// `text`: at the key of the deepest part of the path the file has
+    /// (the file's start if it has none), for checks made after loading.
+    pub fn at_path(file: &str, text: &str, path: &[&str], message: String) -> Diagnostic {
+        let mut pos = Pos { line: 1, col: 1 };
+        if let Ok((root, _)) = yaml::parse(text, &|_| None) {
+            let mut node = &root;
+            for part in path {
+                let entry = node.as_map().and_then(|entries| {
+                    entries
+                        .iter()
+                        .find(|(k, _)| k.scalar_text().is_some_and(|t| t == *part))
+                });
+                let Some((key, value)) = entry else { break };
+                pos = key.pos;
+                node = value;
+            }
+        }
+        Diagnostic {
+            file: file.to_string(),
+            pos,
+            path: path.join("."),
+            message,
+            severity: Severity::Error,
+        }
+    }
+}
+
 /// Whether a [`Diagnostic`] stops the topology from loading.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Severity {
@@ -734,6 +764,28 @@ sinks:
     fn load(text: &str) -> Result<Topology, Vec<String>> {
         load_str("t.yaml", text, &|_| None)
             .map_err(|ds| ds.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn internal_topic_replication_is_checked_where_it_is_written() {
+        let with = |settings: &str| {
+            MINIMAL.replace(
+                "  bootstrap_servers: localhost:9092\n",
+                &format!("  bootstrap_servers: localhost:9092\n  internal_topics: {settings}\n"),
+            )
+        };
+        let topology = load(&with("{ replication_factor: 3, min_insync_replicas: 2 }")).unwrap();
+        let replication = &topology.kafka.internal_topics;
+        assert_eq!(replication.replication_factor.map(|r| r.get()), Some(3));
+        assert_eq!(replication.min_insync_replicas.map(|r| r.get()), Some(2));
+        assert_eq!(
+            load(&with("{ replication_factor: 2, min_insync_replicas: 3 }")).unwrap_err(),
+            vec![
+                "t.yaml:4:66: kafka.internal_topics.min_insync_replicas: 3 in-sync replicas cannot \
+                 be required of 2 replicas (replication_factor); no write would ever succeed"
+            ]
+        );
+        assert!(load(&with("{ replication_factor: 0 }")).is_err());
     }
 
     #[test]

@@ -84,7 +84,8 @@ pub struct KafkaConfig {
     #[serde(default)]
     pub security: Option<super::security::SecurityConfig>,
     /// Any librdkafka property for every client (consumer, producer, admin),
-    /// for what `security` does not cover (`sasl.oauthbearer.*`, ...).
+    /// for what `security` does not cover (`ssl.key.pem`, ...); `check`
+    /// has librdkafka validate them.
     /// Values of credential properties (`sasl.password`, ...) are masked
     /// like `security`'s passwords.
     #[serde(default)]
@@ -105,10 +106,50 @@ pub struct KafkaConfig {
     /// `false`: a missing source topic stops `run` at once.
     #[serde(default = "default_wait_for_sources")]
     pub(crate) wait_for_sources: bool,
+    /// Replication of the topics `run` creates for the topology (state
+    /// changelogs, repartition topics, the dead-letter topic, and sinks
+    /// with `create: true`). Unset: the broker's defaults.
+    #[serde(default)]
+    pub(crate) internal_topics: InternalTopicsConfig,
 }
 
 fn default_wait_for_sources() -> bool {
     true
+}
+
+/// How the topics `run` creates are replicated. In production set
+/// `replication_factor: 3` and `min_insync_replicas: 2`: a changelog is the
+/// only durable copy of a task's state, and with the transactional
+/// producer's `acks=all` a commit then survives the loss of any one broker
+/// while one broker may be down for maintenance.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct InternalTopicsConfig {
+    /// Replicas of each created topic. Default: the broker's
+    /// `default.replication.factor`. Applies when a topic is created;
+    /// an existing topic keeps its replicas.
+    #[serde(default)]
+    pub(crate) replication_factor: Option<std::num::NonZeroU16>,
+    /// `min.insync.replicas` of each created topic: the replicas that must
+    /// have a record before a write (and so a commit) succeeds. Default:
+    /// the broker's `min.insync.replicas`. At most `replication_factor`.
+    #[serde(default)]
+    pub(crate) min_insync_replicas: Option<std::num::NonZeroU16>,
+}
+
+impl InternalTopicsConfig {
+    /// Settings that contradict each other: `(field, message)`.
+    pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
+        match (self.replication_factor, self.min_insync_replicas) {
+            (Some(replicas), Some(min)) if min > replicas => vec![(
+                "min_insync_replicas",
+                format!(
+                    "{min} in-sync replicas cannot be required of {replicas} replicas (replication_factor); no write would ever succeed"
+                ),
+            )],
+            _ => Vec::new(),
+        }
+    }
 }
 
 pub(crate) use crate::record::DEFAULT_MESSAGE_MAX_BYTES;

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::time::UNIX_EPOCH;
 
 use apache_avro::schema::{
     DecimalSchema, InnerDecimalSchema, Name, Names, NamespaceRef, RecordSchema, UuidSchema,
@@ -146,16 +145,13 @@ fn instant(at: &At<'_>, schema: &Schema, value: &Value, per_second: i128) -> Res
     let Value::String(text) = value else {
         return whole(at, schema, value);
     };
-    let time = humantime::parse_rfc3339_weak(text).map_err(|_| {
+    let time = crate::record::json::rfc3339_instant(text).ok_or_else(|| {
         at.error(format!(
             "expected {} (a number or an RFC 3339 time), found \"{text}\"",
             describe(schema)
         ))
     })?;
-    let nanos = match time.duration_since(UNIX_EPOCH) {
-        Ok(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
-        Err(before) => -i128::try_from(before.duration().as_nanos()).unwrap_or(i128::MAX),
-    };
+    let nanos = time.as_nanosecond();
     i64::try_from(nanos * per_second / 1_000_000_000).map_err(|_| {
         at.error(format!(
             "\"{text}\" is out of the range of {}",

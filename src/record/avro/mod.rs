@@ -425,6 +425,13 @@ mod tests {
                 .unwrap_err()
                 .contains("more than 9 digits")
         );
+        let mut with_offset = value.clone();
+        with_offset["at"] = json!("2025-01-01T02:00:00.123+02:00");
+        assert_eq!(
+            s.decode(&s.encode(&with_offset).unwrap()).unwrap()["at"],
+            json!(1_735_689_600_123_i64),
+            "an offset names the same instant"
+        );
         let mut not_a_time = value;
         not_a_time["at"] = json!("yesterday");
         assert!(
