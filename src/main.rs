@@ -275,13 +275,29 @@ fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
         .build()?;
     std::thread::Builder::new().name("signals".into()).spawn(move || {
         runtime.block_on(async move {
-            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+            use tokio::signal::unix::{SignalKind, signal};
+            // Both listeners live for the whole run, so a signal that
+            // arrives while the other is being handled is not lost.
+            let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
                 return;
             };
-            for count in 1.. {
+            let mut count = 0;
+            loop {
                 tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = int.recv() => {}
                     _ = term.recv() => {}
+                }
+                count += 1;
+                // Two signals delivered together (the process was stopped
+                // when they came) are two, not one clean stop.
+                let another = async {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                };
+                if count == 1 && tokio::time::timeout(std::time::Duration::ZERO, another).await.is_ok() {
+                    count += 1;
                 }
                 if count == 1 {
                     tracing::info!("Signal received: finishing the current transaction and leaving the group (again to exit at once).");
