@@ -794,8 +794,7 @@ fn partitioned_processing_under_chaos() {
 /// A broker that goes down while a process runs its startup checks (the
 /// cluster's metadata, the changelogs' configuration, topic creation): the
 /// process waits for it and starts, where it used to exit with the error
-/// (RELIABILITY.md, finding 19; the distributed-counter run of seed 102
-/// met it). The process freezes itself just before the checks
+/// (a chaos run of the distributed counter met it). The process freezes itself just before the checks
 /// (`prepare:freeze`), the broker goes down for longer than one metadata
 /// request waits (10 s), and the process wakes while it is down.
 #[test]

@@ -468,7 +468,7 @@ fn every_metric_the_dashboard_queries_is_one_streamfold_exports() {
         "not exported by streamfold:\n{}",
         unknown.join("\n")
     );
-    // What the dashboard is for (issue 5): throughput per node, folding
+    // What the dashboard is for: throughput per node, folding
     // ratio, open folds, commit latency, lag, dead letters, restore.
     for required in [
         "streamfold_node_records_in_total",

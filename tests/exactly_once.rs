@@ -549,7 +549,7 @@ fn run(scenario: Scenario) {
         aborts.iter().all(|ms| *ms < 1000),
         "every abort finishes within a second: {aborts:?}"
     );
-    // The consumer going back by itself (finding 14) is rare but real:
+    // The consumer going back by itself is rare but real:
     // say when the guard against it worked.
     let behind = logs
         .matches("The consumer delivered records behind the task's position again")
@@ -635,7 +635,7 @@ fn kill_in_the_middle_of_a_restore() {
 /// A broker restart while a transaction's changelog records are in
 /// flight: librdkafka retries the produce, the broker answers that it has
 /// the records already, and librdkafka reports them delivered without
-/// their offsets (a chaos run, RELIABILITY.md finding 16). The next
+/// their offsets (as a chaos run met them). The next
 /// transaction must still name where the committed changelog records end,
 /// or a restore skips them.
 #[test]
@@ -644,8 +644,8 @@ fn changelog_records_acknowledged_without_their_offsets_are_not_lost() {
 }
 
 /// The consumer goes back to the beginning of every partition by itself,
-/// as librdkafka 2.12's offset-query timer did in a CI run (RELIABILITY.md,
-/// finding 14): records already processed, some committed, come again
+/// as librdkafka 2.12's offset-query timer did in a CI run before the
+/// vendored fix: records already processed, some committed, come again
 /// while nothing was rewound. Each must count once.
 #[test]
 fn records_the_consumer_delivers_again_by_itself_count_once() {

@@ -1,4 +1,4 @@
-//! Metrics that tell the truth (issue 12): every counter exists at 0 from
+//! Metrics that tell the truth: every counter exists at 0 from
 //! startup for every source, node and sink that can carry it, and after a
 //! poison run — with an aborted transaction in the middle — the dead-letter
 //! counters equal what the dead-letter topic holds, per location and
@@ -259,7 +259,7 @@ fn expect(
     }
 }
 
-/// Issue 12 (and issue 8): a dashboard must tell zero from not running.
+/// A dashboard must tell zero from not running.
 /// Before any input, every counter is exported at 0 for every location
 /// that can carry it, and node counters only for nodes of the kind that
 /// has them.
@@ -479,7 +479,7 @@ fn node_metric(text: &str, name: &str, topology: &str, node: &str) -> Option<f64
         .map(|(_, v)| v)
 }
 
-/// The evidence of issue 12: after a poison run (undecodable bytes, bad
+/// After a poison run (undecodable bytes, bad
 /// keys, records a node rejects, values a sink cannot write, unreadable
 /// repartition records, drops) with an aborted transaction in the middle, the dead-letter counters equal
 /// the committed contents of the dead-letter topic per location and
@@ -624,7 +624,7 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
     for letter in read_to_end(&format!("{}-dlq", setup.app), Duration::from_secs(60)) {
         let label = letter.header("streamfold.txn").unwrap_or_default();
         assert!(journal.begun.contains(label), "{letter:?}");
-        // nisshi shows aborted transactions' records too.
+        // Only committed letters count (read_committed shows no others).
         if !journal.committed.contains(label) {
             continue;
         }

@@ -1,4 +1,4 @@
-//! Scenario 7 of issue 8: a restart after downtime finds a hundred
+//! A restart after downtime finds a hundred
 //! thousand folds overdue. They fire in bounded rounds, each its own
 //! transaction (no transaction outlives `transaction.timeout.ms`, so none
 //! is mistaken for fencing), with bounded memory, and each fold comes out

@@ -1,4 +1,4 @@
-//! Issue 8, scenario 6: a record too large for its topic must neither end
+//! A record too large for its topic must neither end
 //! the process nor make it abort and rewind forever.
 //!
 //! - A hot key whose `set` grows past the producer's `message.max.bytes`:
@@ -11,10 +11,8 @@
 //! - A record too large for its topic *and* for the dead-letter topic: the
 //!   letter carries the start of the payload and its original size.
 //!
-//! nisshi 0.7.0 enforces no `max.message.bytes` (it stores a 2 MB record
-//! on a topic limited to 64 KiB), so the broker-side limit is checked by
-//! what streamfold writes, not by a broker refusal; librdkafka's own
-//! client-side limit (`message.max.bytes`) is real on any broker.
+//! Apache Kafka enforces the topic's `max.message.bytes`; librdkafka's
+//! own client-side limit (`message.max.bytes`) applies before it.
 
 mod support;
 
@@ -63,7 +61,7 @@ impl Run {
 }
 
 /// Reads `topic` to its end and keeps the records of committed
-/// transactions (nisshi shows aborted ones, DESIGN §9).
+/// transactions, as the journal tells them.
 fn committed_records(topic: &str, journal: &Path) -> Vec<Consumed> {
     let uncommitted = TxnJournal::read(journal).uncommitted();
     read_to_end(topic, Duration::from_secs(60))

@@ -86,14 +86,10 @@ fn produce_by_post(source: &str) -> Vec<i64> {
     producer.ends(source, 4)
 }
 
-/// Scenario 1 of issue 8: the changelog records of a `key_by` fold carry
-/// the repartition topic in their position stamps. Restored from scratch
-/// by a topology without that `key_by`, the topic is no longer an input,
-/// so the position rule proves nothing about them (it used to drop them:
-/// 29 of 60 open folds came back). The writer chain decides them all,
-/// and every open fold comes back. (Were the chain silent, the position
-/// rule would apply them and count them as unverified, with a warning:
-/// see the restore module's unit tests.)
+/// State a `key_by` fold built, restored from scratch by a topology
+/// without that `key_by` (its repartition topic no longer an input): the
+/// restore applies every committed changelog record whatever input it came
+/// from, and every open fold comes back.
 #[test]
 fn a_removed_key_by_does_not_drop_the_state_it_built() {
     let _serial = serial();
@@ -181,7 +177,7 @@ fn run_over(config: &AppConfig, app: &str, source: &str, events: std::ops::Range
     first.stop();
 }
 
-/// Scenario 3 of issue 8: a changelog re-created (empty) while the local
+/// A changelog re-created (empty) while the local
 /// state still holds offsets into the old one. The restore consumer must
 /// not jump to the end and keep the stale state: it warns and restores in
 /// full from the earliest offset.
@@ -233,7 +229,7 @@ fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
     );
 }
 
-/// Scenario 3 of issue 8, truncated: the changelog was truncated
+/// Truncated: the changelog was truncated
 /// (DeleteRecords, or retention on a changelog that is not compacted) past
 /// where an old copy of the local state stopped. The state is no prefix of
 /// the changelog any more: the restore warns, wipes it and restores in
@@ -297,10 +293,7 @@ fn a_changelog_truncated_past_the_state_means_a_full_restore_with_a_warning() {
 }
 
 /// The other side of the re-created changelog: a plain restart over the
-/// same state directory keeps the local state and replays nothing. (Logs
-/// of earlier runs on nisshi show the watermark check wiping state it
-/// should have kept, `state is at offset 144, the topic holds 0..129`,
-/// after kills; this restart does not reproduce it.)
+/// same state directory keeps the local state and replays nothing.
 #[test]
 fn a_restart_over_its_own_state_keeps_it() {
     let _serial = serial();
@@ -327,7 +320,7 @@ fn a_restart_over_its_own_state_keeps_it() {
         0,
         "nothing to replay: the local state was up to date; log:\n{log}"
     );
-    // Issue 11: the open folds above came from the gauges saved at the
+    // The open folds above came from the gauges saved at the
     // last commit; no task counted its stores.
     let started: Vec<&str> = log
         .lines()
@@ -340,7 +333,7 @@ fn a_restart_over_its_own_state_keeps_it() {
     );
 }
 
-/// Issue 11: the gauges saved with a task's state describe that state
+/// The gauges saved with a task's state describe that state
 /// only. Local state a restore moves forward (here, a copy taken before a
 /// later run opened folds for more accounts) has its stores counted again
 /// at start: the open folds are all of them, not what the copy saved.
@@ -440,7 +433,7 @@ fn a_changelog_that_is_not_compacted_is_refused_at_startup() {
     }
 }
 
-/// Scenario 8 of issue 8: event time travels with the changelog. An
+/// Event time travels with the changelog. An
 /// event-clock fold on a partition that goes idle is closed by
 /// `idle_advance` on whichever host runs the task next, even one whose
 /// state came from a from-scratch restore, with no record arriving there.

@@ -686,7 +686,7 @@ fn bad_records_go_to_the_dead_letter_topic_and_processing_continues() {
         keys,
         BTreeSet::from(["account_1".to_string(), "account_2".to_string()])
     );
-    // Each dead letter is counted where it happened (issue 12: the source's
+    // Each dead letter is counted where it happened (the source's
     // went uncounted before, and this sum was 1 against 2 letters).
     let text = app.metrics_text();
     let counted = |node: &str, reason: &str| {
@@ -726,9 +726,7 @@ fn a_frozen_instance_replaced_by_a_new_one_with_its_id_stops_when_it_wakes_and_l
 /// successor's, can stop it, and only once it has something to produce.
 /// It must stop then, not start a producer of its own again (which would
 /// fence the successor in turn). Frozen inside a transaction (`batch`),
-/// not by a SIGSTOP at any moment: one frozen inside its commit request
-/// finds, on nisshi 0.7.0, its commit timing out instead of refused as
-/// fenced (RELIABILITY.md, "Open").
+/// not by a SIGSTOP at any moment, so the test is deterministic.
 #[test]
 fn a_frozen_dynamic_member_replaced_by_a_new_one_with_its_id_stops_once_it_has_work_and_loses_nothing()
  {
@@ -1174,8 +1172,7 @@ fn latest_from_the_start(fault: Option<&str>) {
 /// wrote records to that task's repartition partition meanwhile, takes the
 /// task over: it must read the repartition partition from its beginning,
 /// not from its end (Kafka Streams does the same with its internal
-/// topics), or the records `a` wrote there are skipped for good
-/// (RELIABILITY.md, finding 22).
+/// topics), or the records `a` wrote there are skipped for good.
 #[test]
 fn offset_reset_latest_still_reads_a_repartition_topic_from_its_beginning() {
     let _serial = serial();
@@ -1262,8 +1259,8 @@ sinks:
     // `a` takes over b's task once the group gives up on b.
     a.wait_metric(tasks, Duration::from_secs(120), |n| n == 2.0);
     // `b` comes back: its producer's first act aborts the transaction its
-    // kill left open. (nisshi does not abort it at its timeout, and until
-    // then a read_committed reader sees nothing past it.)
+    // kill left open (until then a read_committed reader sees nothing past
+    // it).
     let b = App::start(&config("b", None), dir.path());
     b.wait_metric(tasks, Duration::from_secs(120), |n| n >= 1.0);
 
@@ -1320,14 +1317,14 @@ sinks:
     a.stop();
 }
 
-/// The consumer half of RELIABILITY finding 14, made deterministic: a
+/// The consumer going back by itself, made deterministic: a
 /// partition waits for the answer to a query of its end offset (what
 /// `offset_reset: latest` or an assignment without a committed offset
 /// asks) when a seek to a concrete offset supersedes it, as a task's start
 /// does. The late answer is outdated and must change nothing. librdkafka
 /// 2.12.1 took it as a reason to ask again: it stopped fetching the
 /// partition and 500 ms later moved it to the end offset of that moment,
-/// past records never delivered (finding 20).
+/// past records never delivered.
 #[test]
 fn an_offset_query_answered_after_a_seek_does_not_move_the_consumer() {
     use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -1400,7 +1397,7 @@ fn an_offset_query_answered_after_a_seek_does_not_move_the_consumer() {
 /// messages are unacknowledged, yet its broker thread used to schedule its
 /// next look for the moment the queued record's `linger.ms` ran out, that
 /// is at once, again and again: a full core spun until the broker answered
-/// (the CPU seen in CI, RELIABILITY finding 18).
+/// (the CPU seen in CI before the vendored fix).
 #[test]
 fn a_producer_waiting_for_a_frozen_broker_to_acknowledge_uses_no_cpu() {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -1539,7 +1536,7 @@ fn a_commit_waiting_on_a_frozen_broker_uses_no_cpu_and_loses_nothing() {
         std::thread::sleep(freeze);
         let used = cpu_seconds(app.pid()) - cpu;
         // Which threads used it: librdkafka's broker thread once spun here
-        // (RELIABILITY finding 18, and the test above).
+        // (the vendored fix, and the test above).
         let busiest = busiest_threads(&threads, &thread_cpu_seconds(app.pid()));
         // Still open after three seconds with a commit interval of 100 ms:
         // the commit was waiting for the broker all along.

@@ -199,7 +199,8 @@ pub(super) fn handle(
         // commit), but librdkafka can move a partition back on its own: an
         // offset query its timer resends after an outdated reply resets an
         // active partition to `auto.offset.reset` without a version barrier
-        // (RELIABILITY.md, finding 14). Processed again, such a record
+        // (fixed in the vendored librdkafka; this guard stays for any other
+        // path that moves a partition back). Processed again, such a record
         // would count twice.
         if let Some(next) = cursor.positions[input]
             && message.offset() < next

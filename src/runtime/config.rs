@@ -144,8 +144,9 @@ pub(crate) fn consumer_config(topology: &Topology, options: &RunOptions) -> Clie
     // (100,000 messages, 64 MiB) allow one shared queue of four partitions.
     config.set("queued.min.messages", "25000");
     config.set("queued.max.messages.kbytes", "8192");
-    // A broker that does not answer a waiting fetch as soon as data arrives
-    // (nisshi) would otherwise add up to 500 ms to every folded event.
+    // Bounds how long a fetch waits for data (librdkafka's default is
+    // 500 ms), which a broker slow to answer a waiting fetch would add to
+    // every folded event.
     config.set("fetch.wait.max.ms", "100");
     config.set("session.timeout.ms", "10000");
     config.set("heartbeat.interval.ms", "2000");

@@ -228,7 +228,7 @@ mod tests {
     #[test]
     fn what_librdkafka_reports_is_classified() {
         // As librdkafka 2.12 reports a wrong SCRAM password and a broker
-        // certificate signed by an unknown CA (seen against nisshi 0.7.0).
+        // certificate signed by an unknown CA.
         let wrong_password = "sasl_ssl://127.0.0.1:29303/bootstrap: SASL authentication error: SASL SCRAM authentication failed: broker responded with invalid-proof (after 27ms in state AUTH_REQ)";
         assert_eq!(
             classify(Some(RDKafkaErrorCode::Authentication), wrong_password),

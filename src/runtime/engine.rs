@@ -1114,10 +1114,9 @@ impl Engine {
             .map_err(|source| RuntimeError::Task { task, source })?;
         // Consume from exactly the committed offsets the restore was
         // judged by, not from the consumer's own fetch of them at
-        // assignment: on a broker that lets a fenced-out previous owner
-        // still commit (no generation check, nisshi 0.7.0) the two can
-        // differ, and starting past what the restore kept loses the
-        // records in between (RELIABILITY.md, finding 5).
+        // assignment: should the two ever differ (a broker that lets a
+        // fenced-out previous owner still commit), starting past what the
+        // restore kept would lose the records in between.
         self.cycle
             .seek_to_committed(consumer, task, &mut slot.cursor)?;
         slot.running = true;
@@ -1435,7 +1434,7 @@ impl Engine {
         let now = Instant::now();
         if self.cycle.txn.take_consumer_rewind() {
             // Test hook: the consumer alone goes back, as librdkafka's
-            // offset-query timer can move it (RELIABILITY.md, finding 14).
+            // offset-query timer could before the vendored fix.
             for (&task, _) in self.tasks.iter().filter(|(_, s)| s.running) {
                 for input in self.inputs.iter() {
                     consumer.seek(

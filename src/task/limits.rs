@@ -6,8 +6,7 @@
 //! broker refuses one over the topic's `max.message.bytes` in the delivery
 //! report, which fails the whole transaction. Either way the transaction
 //! aborts, the tasks rewind, and the replay produces the same record
-//! again: the process would abort and rewind forever (issue 8, scenario
-//! 6). So every record is measured against [`Limits`] before it is sent,
+//! again: the process would abort and rewind forever. So every record is measured against [`Limits`] before it is sent,
 //! and one that does not fit becomes a dead letter instead (see
 //! `docs/exactly-once.md`, "Records too large for their topic").
 //!
@@ -18,9 +17,8 @@
 //! and production decide alike.
 //!
 //! Where a topic's limit comes from: its `max.message.bytes`, read at
-//! startup with DescribeConfigs (Apache Kafka reports it for every topic;
-//! nisshi 0.7.0 only for topics created with it set, and enforces none);
-//! otherwise only the producer's `message.max.bytes` applies. Should a
+//! startup with DescribeConfigs (Apache Kafka reports it for every
+//! topic); otherwise only the producer's `message.max.bytes` applies. Should a
 //! broker still refuse a record as too large (its limit was not reported,
 //! or changed since startup), the transaction aborts once and the topic's
 //! limit is lowered below that record, so the replay dead-letters it.

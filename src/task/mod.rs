@@ -1199,7 +1199,7 @@ sinks:
         out
     }
 
-    /// Scenario 7 of issue 8: after downtime every fold of a task is
+    /// After downtime every fold of a task is
     /// overdue at once; they fire in rounds of at most
     /// `TIMERS_PER_TRANSACTION`, each committed before the next.
     #[test]
@@ -1236,7 +1236,7 @@ sinks:
         stats.gauge(NodeGauge::FoldsOpen)
     }
 
-    /// Issue 11: a task resuming its own state takes the gauges saved at
+    /// A task resuming its own state takes the gauges saved at
     /// its last commit instead of counting its stores; without them (or
     /// when they do not fit the topology) it counts.
     #[test]

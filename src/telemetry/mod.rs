@@ -342,7 +342,7 @@ pub(crate) const CONSUMER_LAG: &str = "streamfold_consumer_lag_records";
 /// Input records consumed.
 pub(crate) const RECORDS_CONSUMED: &str = "streamfold_runtime_records_consumed_total";
 /// Input records the consumer delivered again behind their task's
-/// position (processed already), skipped (RELIABILITY.md, finding 14).
+/// position (processed already), skipped.
 pub(crate) const RECORDS_BEHIND: &str = "streamfold_runtime_records_behind_total";
 /// Input records whose offsets were committed (with their outputs, under
 /// exactly-once).

@@ -1016,7 +1016,26 @@ impl Scenario {
     }
 
     /// Starts the instances of the scenario's settings.
+    ///
+    /// `CHAOS_SABOTAGE` runs them deliberately broken, to show that the
+    /// judge fails when the property it checks does not hold:
+    /// `at-least-once` (records of an aborted or killed transaction
+    /// counted again), `no-dedup` (dedup remembers an id for 1 ms), or
+    /// `late-counters` (every counter event called late).
     pub fn start(&mut self) -> Instances {
+        if let Ok(sabotage) = std::env::var("CHAOS_SABOTAGE") {
+            let (name, value) = match sabotage.as_str() {
+                "at-least-once" => ("STREAMFOLD_GUARANTEE", "at_least_once"),
+                "no-dedup" => ("DEDUP_RETENTION", "1ms"),
+                "late-counters" => ("COUNTER_ACCEPT_LIMIT", "1ms"),
+                other => panic!(
+                    "CHAOS_SABOTAGE={other}: expected at-least-once, no-dedup or late-counters"
+                ),
+            };
+            eprintln!("chaos: SABOTAGED with {name}={value}; the judge must fail");
+            // Later entries win: the sabotage overrides the scenario's own.
+            self.env(name, value);
+        }
         self.env("STREAMFOLD_APP", &self.app.clone());
         self.env(
             "KAFKA_BOOTSTRAP_SERVERS",

@@ -81,14 +81,14 @@ pub enum FaultAction {
     /// had queued in the producer stays queued.
     Freeze,
     /// Move every running task's input partitions back to their beginning
-    /// behind the engine's back, as librdkafka's offset-query timer can
-    /// (RELIABILITY.md, finding 14): records already processed come again
+    /// behind the engine's back, as librdkafka's offset-query timer could
+    /// before the vendored fix: records already processed come again
     /// while the tasks' state and positions are where they were.
     Rewind,
     /// From here until the transaction ends, the broker acknowledges its
     /// changelog records without their offsets, as librdkafka reports a
     /// record persisted by a produce retried after its reply was lost (a
-    /// broker restart; RELIABILITY.md, finding 16).
+    /// broker restart).
     Offsetless,
 }
 

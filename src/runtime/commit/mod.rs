@@ -1315,8 +1315,8 @@ impl CommitCycle {
     /// source inputs without a committed offset, as it is now, the offset
     /// the task starts from and goes back to until its first commit. The
     /// end is the last stable offset, as the read_committed consumer sees
-    /// it. Repartition inputs start at their beginning (RELIABILITY.md,
-    /// finding 22).
+    /// it. Repartition inputs start at their beginning: their records
+    /// were written by this application, and none may be skipped.
     ///
     /// A logical end would be resolved again at each seek: a rewind after
     /// the task's first transaction aborted would land past the records
