@@ -325,6 +325,8 @@ fn the_load_generator_takes_the_topology_settings_or_x_properties() {
         &[
             Acl::literal("TOPIC", &names.source, "WRITE"),
             Acl::literal("TOPIC", &names.source, "READ"),
+            // The reader's consumer looks up its group's coordinator.
+            Acl::literal("GROUP", "streamfold-loadgen-read", "READ"),
         ],
     );
 
@@ -479,9 +481,14 @@ fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
             Acl::literal("GROUP", &names.app, "READ"),
             format!("READ on group `{}` (the consumer group)", names.app),
         ),
+        // WRITE was all that let it see the sink: the cluster now hides
+        // the topic from it altogether.
         (
             Acl::literal("TOPIC", &names.folded, "WRITE"),
-            format!("WRITE on topic `{}`", names.folded),
+            format!(
+                "WRITE, DESCRIBE_CONFIGS on topic `{}` (sink `folded`; the cluster does not let it even describe the topic)",
+                names.folded
+            ),
         ),
     ];
     for (acl, named) in cases {
@@ -585,7 +592,10 @@ fn a_broker_certificate_that_does_not_name_the_host_is_refused_by_default() {
     // the name, nothing else, that failed.
     broker.grant(
         &broker.principal(),
-        &[Acl::literal("TOPIC", &names.source, "READ")],
+        &[
+            Acl::literal("TOPIC", &names.source, "READ"),
+            Acl::literal("GROUP", "streamfold-loadgen-read", "READ"),
+        ],
     );
     let read = |extra: &[&str]| {
         let args = [
@@ -661,7 +671,8 @@ fn mutual_tls_with_a_client_certificate_runs_exactly_once_and_no_certificate_is_
     );
     assert!(!no_certificate.status.success(), "{}", text(&no_certificate));
     assert!(
-        text(&no_certificate).contains("TLS handshake with Kafka"),
+        text(&no_certificate).contains("TLS handshake with Kafka")
+            && text(&no_certificate).contains("the broker wants a client certificate"),
         "{}",
         text(&no_certificate)
     );

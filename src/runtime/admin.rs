@@ -342,7 +342,14 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
     }
     if !create.is_empty() {
         create_topics(&admin, config, &create, &topology.kafka.internal_topics)?;
-        wait_for_topics(&admin, &servers, &create)?;
+        // A topic this client may not describe looks missing, and its
+        // creation then finds it exists: the permissions say why it never
+        // shows up.
+        wait_for_topics(&admin, &servers, &create).map_err(|error| {
+            super::permissions::check(&admin, config, topology)
+                .err()
+                .unwrap_or(error)
+        })?;
     }
     super::permissions::check(&admin, config, topology)?;
     let mut written: Vec<String> = topology

@@ -168,8 +168,15 @@ pub(crate) fn check(
         let Some(answer) = allowed.get(&key) else {
             continue;
         };
+        let mut why = need.why.clone();
         let lacking: Vec<&str> = match answer {
-            Allowed::Refused => need.operations.iter().map(|o| o.name()).collect(),
+            Allowed::Refused => {
+                why.push_str(&format!(
+                    "; the cluster does not let it even describe the {}",
+                    need.kind
+                ));
+                need.operations.iter().map(|o| o.name()).collect()
+            }
             Allowed::Operations(ops) => need
                 .operations
                 .iter()
@@ -184,7 +191,7 @@ pub(crate) fn check(
                 lacking.join(", "),
                 need.kind,
                 need.name,
-                need.why
+                why
             ));
         }
     }
