@@ -6,7 +6,8 @@
 //! nothing excused.
 //!
 //! - social-metrics: every event in exactly one folded event (three
-//!   brokers, network partitions, the controller killed);
+//!   brokers, network partitions, the controller killed; and, short, with
+//!   authentication and ACLs on);
 //! - question-feed: every committed version of every read model is the
 //!   in-order fold of its first events; events of other types come out once
 //!   each, whatever duplicates the feed interleaves with other keys and
@@ -193,6 +194,29 @@ fn social_metrics_under_chaos() {
             faults: 12,
             brokers: 3,
             partitions: netns_available(),
+            ..Settings::default()
+        },
+    );
+}
+
+/// social-metrics with the instances over SASL/SCRAM-SHA-512 and TLS, as a
+/// user granted only the ACLs docs/security.md lists, on a cluster that
+/// authorizes every request: kills (one with the state wiped, so a
+/// restore reads the changelogs as that user) and a broker restart, after
+/// which the credentials and ACLs, kept in the cluster's metadata, still
+/// hold. Short, for CI.
+#[test]
+fn social_metrics_with_authentication() {
+    let _serial = serial();
+    social_metrics(
+        "social_metrics_with_authentication",
+        Settings {
+            seed: 3,
+            events: 2_000,
+            faults: 6,
+            instances: 2,
+            settle_rounds: 0,
+            secured: true,
             ..Settings::default()
         },
     );
