@@ -334,5 +334,8 @@ fn the_schema_registry_password_is_in_no_log_metric_describe_output_or_error() {
     assert!(!status.success(), "{log}");
     assert!(log.contains("401"), "the registry's refusal: {log}");
     no_password("the error", &log);
-    assert!(!log.contains(&wrong), "the wrong password appears in the error:\n{log}");
+    assert!(
+        !log.contains(&wrong),
+        "the wrong password appears in the error:\n{log}"
+    );
 }

@@ -116,11 +116,7 @@ fn a_topology_runs_over_sasl_scram_and_tls_exactly_once_and_never_shows_the_pass
     let client = broker.admin_client();
     broker.grant(
         &broker.principal(),
-        &application_acls(
-            &names.app,
-            &[&names.source],
-            &[&names.folded, &names.dlq],
-        ),
+        &application_acls(&names.app, &[&names.source], &[&names.folded, &names.dlq]),
     );
 
     // Input: bursts per account, and one record that is not JSON, for a
@@ -457,7 +453,11 @@ fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
     app.stop();
     let before = committed(broker, &names);
     assert_eq!(before.folded.len(), 2, "{before:?}");
-    assert_eq!(before.group.iter().sum::<i64>(), (2 * PER_ACCOUNT) as i64, "{before:?}");
+    assert_eq!(
+        before.group.iter().sum::<i64>(),
+        (2 * PER_ACCOUNT) as i64,
+        "{before:?}"
+    );
 
     // More input, then each ACL in turn taken away: the run stops at once
     // naming it, and read_committed readers see exactly what they saw.
@@ -479,7 +479,7 @@ fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
         ),
         (
             Acl::literal("GROUP", &names.app, "READ"),
-            format!("READ on group `{}` (the consumer group)", names.app),
+            format!("READ on group `{}` (the consumer group", names.app),
         ),
         // WRITE was all that let it see the sink: the cluster now hides
         // the topic from it altogether.
@@ -499,10 +499,14 @@ fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
         let (status, log) = app.wait_exit(Duration::from_secs(60));
         assert!(!status.success(), "without {acl:?}: {log}");
         assert!(
-            log.contains("not authorized: Kafka at") && log.contains(&format!("user `{}`", broker.username)),
+            log.contains("not authorized: Kafka at")
+                && log.contains(&format!("user `{}`", broker.username)),
             "without {acl:?}: {log}"
         );
-        assert!(log.contains(&named), "without {acl:?}, the error names {named}: {log}");
+        assert!(
+            log.contains(&named),
+            "without {acl:?}, the error names {named}: {log}"
+        );
         assert!(log.contains("docs/security.md"), "{log}");
         assert_no_password("the error output", &log, &broker.password);
         assert_eq!(
@@ -537,7 +541,11 @@ fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
     posts.sort();
     posts.dedup();
     assert_eq!(posts.len(), count, "no event folded twice: {folded:?}");
-    assert_eq!(count as u64, 5 * PER_ACCOUNT, "every event folded: {folded:?}");
+    assert_eq!(
+        count as u64,
+        5 * PER_ACCOUNT,
+        "every event folded: {folded:?}"
+    );
 }
 
 #[test]
@@ -558,10 +566,16 @@ fn a_plaintext_client_is_refused_by_the_secured_listener() {
     assert!(!status.success(), "{log}");
     assert!(log.contains("cannot reach Kafka at"), "{log}");
     assert!(
-        log.contains("which uses security.protocol `plaintext`: does its listener expect TLS or SASL?"),
+        log.contains(
+            "which uses security.protocol `plaintext`: does its listener expect TLS or SASL?"
+        ),
         "{log}"
     );
-    let folded = read_to_end_on(&broker.admin_client(), &names.folded, Duration::from_secs(10));
+    let folded = read_to_end_on(
+        &broker.admin_client(),
+        &names.folded,
+        Duration::from_secs(10),
+    );
     assert!(folded.is_empty(), "{folded:?}");
 }
 
@@ -574,7 +588,10 @@ fn a_broker_certificate_that_does_not_name_the_host_is_refused_by_default() {
     let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
     create_topic_on(&broker.admin_client(), &names.source, 1, &[]);
     let mut env = names.env(broker);
-    env.push(("KAFKA_BOOTSTRAP_SERVERS".into(), broker.unnamed_bootstrap.clone()));
+    env.push((
+        "KAFKA_BOOTSTRAP_SERVERS".into(),
+        broker.unnamed_bootstrap.clone(),
+    ));
     // 127.0.0.2 reaches the same listener, signed by the trusted CA, but
     // the certificate names 127.0.0.1 and localhost only.
     let app = App::start_on(
@@ -584,7 +601,10 @@ fn a_broker_certificate_that_does_not_name_the_host_is_refused_by_default() {
     );
     let (status, log) = app.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "{log}");
-    assert!(log.contains("TLS handshake with Kafka at 127.0.0.2"), "{log}");
+    assert!(
+        log.contains("TLS handshake with Kafka at 127.0.0.2"),
+        "{log}"
+    );
     assert!(log.contains("certificate verify failed"), "{log}");
     assert!(log.contains("does not name the host connected to"), "{log}");
 
@@ -608,7 +628,11 @@ fn a_broker_certificate_that_does_not_name_the_host_is_refused_by_default() {
     };
     let refused = read(&[]);
     assert!(!refused.status.success(), "{}", text(&refused));
-    assert!(text(&refused).contains("certificate verify failed"), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("certificate verify failed"),
+        "{}",
+        text(&refused)
+    );
     let unverified = read(&["-X", "ssl.endpoint.identification.algorithm=none"]);
     assert!(unverified.status.success(), "{}", text(&unverified));
 }
@@ -629,7 +653,10 @@ fn mutual_tls_with_a_client_certificate_runs_exactly_once_and_no_certificate_is_
     feed(&client, &names, 0, 4);
     let mut env = names.env(broker);
     env.extend([
-        ("KAFKA_BOOTSTRAP_SERVERS".into(), broker.mtls_bootstrap.clone()),
+        (
+            "KAFKA_BOOTSTRAP_SERVERS".into(),
+            broker.mtls_bootstrap.clone(),
+        ),
         (
             "KAFKA_CERTIFICATE".into(),
             broker.client_certificate.display().to_string(),
@@ -650,7 +677,11 @@ fn mutual_tls_with_a_client_certificate_runs_exactly_once_and_no_certificate_is_
     let folded = read_to_end_on(&client, &names.folded, Duration::from_secs(60));
     assert_eq!(folded.len(), 4, "{folded:?}");
     for record in &folded {
-        assert_eq!(record.json()["folded_count"], json!(PER_ACCOUNT), "{folded:?}");
+        assert_eq!(
+            record.json()["folded_count"],
+            json!(PER_ACCOUNT),
+            "{folded:?}"
+        );
     }
 
     // Without a certificate the listener ends the handshake.
@@ -669,7 +700,11 @@ fn mutual_tls_with_a_client_certificate_runs_exactly_once_and_no_certificate_is_
         ],
         &[],
     );
-    assert!(!no_certificate.status.success(), "{}", text(&no_certificate));
+    assert!(
+        !no_certificate.status.success(),
+        "{}",
+        text(&no_certificate)
+    );
     assert!(
         text(&no_certificate).contains("TLS handshake with Kafka")
             && text(&no_certificate).contains("the broker wants a client certificate"),

@@ -194,9 +194,13 @@ fn login(config: &ClientConfig) -> String {
 
 fn tls_hint(config: &ClientConfig, reason: &str) -> String {
     let lower = reason.to_ascii_lowercase();
-    if ["alert bad certificate", "alert certificate required", "alert unknown ca"]
-        .iter()
-        .any(|alert| lower.contains(alert))
+    if [
+        "alert bad certificate",
+        "alert certificate required",
+        "alert unknown ca",
+    ]
+    .iter()
+    .any(|alert| lower.contains(alert))
     {
         return match config.get("ssl.certificate.location") {
             Some(certificate) => format!(
@@ -273,8 +277,7 @@ mod tests {
             Some(Fatal::Tls(no_certificate.into()))
         );
         assert!(
-            tls_hint(&ClientConfig::new(), no_certificate)
-                .contains("wants a client certificate")
+            tls_hint(&ClientConfig::new(), no_certificate).contains("wants a client certificate")
         );
         // Retrying may fix these.
         assert_eq!(

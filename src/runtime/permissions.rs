@@ -366,7 +366,8 @@ fn describe(
     if names.is_empty() {
         return Ok(out);
     }
-    let failed = |why: String| RuntimeError::Startup(format!("cannot ask Kafka for permissions: {why}"));
+    let failed =
+        |why: String| RuntimeError::Startup(format!("cannot ask Kafka for permissions: {why}"));
     let c_names: Vec<CString> = names
         .iter()
         .map(|n| CString::new(*n).map_err(|e| failed(e.to_string())))
@@ -395,10 +396,8 @@ fn describe(
             errstr.as_mut_ptr(),
             errstr.len(),
         );
-        let error = rdsys::rd_kafka_AdminOptions_set_include_authorized_operations(
-            options.0.as_ptr(),
-            1,
-        );
+        let error =
+            rdsys::rd_kafka_AdminOptions_set_include_authorized_operations(options.0.as_ptr(), 1);
         if !error.is_null() {
             let why = text(rdsys::rd_kafka_error_string(error));
             rdsys::rd_kafka_error_destroy(error);
@@ -456,15 +455,15 @@ fn describe(
                     let name = text(rdsys::rd_kafka_TopicDescription_name(topic));
                     let error = rdsys::rd_kafka_TopicDescription_error(topic);
                     let mut ops = 0usize;
-                    let list = rdsys::rd_kafka_TopicDescription_authorized_operations(
-                        topic, &mut ops,
-                    );
+                    let list =
+                        rdsys::rd_kafka_TopicDescription_authorized_operations(topic, &mut ops);
                     out.insert(name, allowed(error, list, ops));
                 }
             }
             Describe::Groups => {
                 let result = rdsys::rd_kafka_event_DescribeConsumerGroups_result(event.0.as_ptr());
-                let groups = rdsys::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
+                let groups =
+                    rdsys::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count);
                 for i in 0..count {
                     let group = *groups.add(i);
                     let name = text(rdsys::rd_kafka_ConsumerGroupDescription_group_id(group));
@@ -538,7 +537,8 @@ mod tests {
     #[test]
     fn the_needs_of_a_topology_name_each_topic_and_group_once() {
         let topology = crate::topology::load_file(
-            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/social-metrics.yaml"),
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("topologies/social-metrics.yaml"),
         )
         .expect("the example loads");
         let needs = needs(&topology);

@@ -13,8 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::types::{HumanBytes, HumanDuration, Inputs, JsonPointer};
-use crate::secrets::Secret;
 use crate::operators::registry::NodeKind;
+use crate::secrets::Secret;
 use crate::state::rocks::RocksResources;
 
 /// A streamfold topology: where records come from, what happens to them,

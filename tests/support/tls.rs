@@ -206,10 +206,7 @@ impl SecureAccess {
         };
         let access = SecureAccess {
             bootstrap: ports(0, "127.0.0.1"),
-            unnamed_bootstrap: format!(
-                "127.0.0.2:{}",
-                kafka.nodes[0].listener_ports[extra - 2]
-            ),
+            unnamed_bootstrap: format!("127.0.0.2:{}", kafka.nodes[0].listener_ports[extra - 2]),
             mtls_bootstrap: ports(1, "127.0.0.1"),
             username,
             password,
@@ -309,9 +306,7 @@ impl SecureAccess {
         if revoke {
             command.arg("--revoke");
         }
-        command
-            .arg(&self.admin_bootstrap)
-            .arg(principal);
+        command.arg(&self.admin_bootstrap).arg(principal);
         for acl in acls {
             command.args([acl.resource, &acl.name, acl.pattern, acl.operation]);
         }
