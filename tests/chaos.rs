@@ -201,10 +201,11 @@ fn social_metrics_under_chaos() {
 
 /// social-metrics with the instances over SASL/SCRAM-SHA-512 and TLS, as a
 /// user granted only the ACLs docs/security.md lists, on a cluster that
-/// authorizes every request: kills (one with the state wiped, so a
-/// restore reads the changelogs as that user) and a broker restart, after
-/// which the credentials and ACLs, kept in the cluster's metadata, still
-/// hold. Short, for CI.
+/// authorizes every request. Seed 3 draws a kill -9 with the state wiped
+/// (a restore reads the changelogs as that user), a kill -9 and restart
+/// of the broker (its credentials and ACLs live in the cluster metadata
+/// and hold after it), scaling and a graceful restart; the run then
+/// restores every instance from scratch. Short, for CI.
 #[test]
 fn social_metrics_with_authentication() {
     let _serial = serial();
