@@ -497,7 +497,11 @@ fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
         // A bound on a hang, not a performance target: a refusal that were
         // retried would never end.
         let (status, log) = app.wait_exit(Duration::from_secs(60));
-        assert!(!status.success(), "without {acl:?}: {log}");
+        assert_eq!(
+            status.code(),
+            Some(3),
+            "without {acl:?}, a configuration error: {log}"
+        );
         assert!(
             log.contains("not authorized: Kafka at")
                 && log.contains(&format!("user `{}`", broker.username)),
