@@ -22,6 +22,8 @@
 #   --config KEY=VALUE     any broker setting, after the defaults (repeat)
 #   --listener NAME://HOST:PORT  an extra listener (repeat; give its
 #                          protocol with --config listener.security.protocol.map=...)
+#   --listener-bind ADDR   the address the extra listeners listen on, e.g.
+#                          0.0.0.0 (default: the HOST they advertise)
 #   --format-arg ARG       passed to the storage format (e.g. --add-scram ...)
 #
 # The first start formats the storage (kafka.tools.StorageTool); a restart
@@ -32,7 +34,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-dir= port= host=127.0.0.1 controller_port= node_id=1 voters= replication=1 cluster_id=
+dir= port= host=127.0.0.1 controller_port= node_id=1 voters= replication=1 cluster_id= listener_bind=
 configs=() listeners=() format_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +48,7 @@ while [ $# -gt 0 ]; do
     --cluster-id) cluster_id=$2; shift 2 ;;
     --config) configs+=("$2"); shift 2 ;;
     --listener) listeners+=("$2"); shift 2 ;;
+    --listener-bind) listener_bind=$2; shift 2 ;;
     --format-arg) format_args+=("$2"); shift 2 ;;
     *) echo "kafka-broker.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -59,15 +62,22 @@ kafka=$("$here/install-kafka.sh")
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 
-extra_listeners=
-for l in "${listeners[@]+"${listeners[@]}"}"; do extra_listeners+=",$l"; done
+extra_listeners= extra_advertised=
+for l in "${listeners[@]+"${listeners[@]}"}"; do
+  extra_advertised+=",$l"
+  if [ -n "$listener_bind" ]; then
+    extra_listeners+=",${l%%://*}://$listener_bind:${l##*:}"
+  else
+    extra_listeners+=",$l"
+  fi
+done
 
 cat >"$dir/server.properties" <<PROPERTIES
 process.roles=broker,controller
 node.id=$node_id
 controller.quorum.voters=$voters
 listeners=PLAINTEXT://$host:$port,CONTROLLER://127.0.0.1:$controller_port$extra_listeners
-advertised.listeners=PLAINTEXT://$host:$port$extra_listeners
+advertised.listeners=PLAINTEXT://$host:$port$extra_advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT

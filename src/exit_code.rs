@@ -82,7 +82,8 @@ impl ExitClass {
             RuntimeError::Authentication { .. }
             | RuntimeError::Tls { .. }
             | RuntimeError::Startup(_)
-            | RuntimeError::SourceReplaced { .. } => ExitClass::Configuration,
+            | RuntimeError::SourceReplaced { .. }
+            | RuntimeError::NotAuthorized { .. } => ExitClass::Configuration,
             RuntimeError::Kafka(error) => ExitClass::of_kafka(error),
             RuntimeError::Fenced { .. } | RuntimeError::Commit(CommitError::Fenced(_)) => {
                 ExitClass::Fenced

@@ -499,6 +499,9 @@ fn run(command: Command, log_format: LogFormat) -> anyhow::Result<ExitClass> {
                         if let Some(security) = &t.kafka.security {
                             println!("  kafka security: {}", security.summary());
                         }
+                        if let Some(registry) = t.schema_registry() {
+                            println!("  schema registry: {}", registry.summary());
+                        }
                         if let Some(addr) = t.queries.addr {
                             let stores: Vec<String> =
                                 streamfold::runtime::query::queryable_stores(&t)

@@ -64,11 +64,10 @@ pub(crate) fn shown<'v>(key: &str, value: &'v str) -> &'v str {
 // print the mask, so no dump of a configuration can carry it.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(transparent)]
-pub(crate) struct Secret(String);
+pub struct Secret(String);
 
 impl Secret {
-    #[cfg(test)]
-    pub(crate) fn new(value: impl Into<String>) -> Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
         Secret(value.into())
     }
 

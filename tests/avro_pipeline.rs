@@ -214,3 +214,128 @@ fn a_folded_value_that_does_not_fit_the_sink_schema_is_dead_lettered_with_the_va
     assert_eq!(outputs[0].key.as_deref(), Some("account_1"));
     app.stop();
 }
+
+/// `output`'s stdout and stderr.
+fn output_text(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn the_schema_registry_password_is_in_no_log_metric_describe_output_or_error() {
+    let _serial = serial();
+    let password = format!("sr-{}", unique("secret"));
+    let registry = SchemaRegistry::start_with_basic_auth("sr-user", &password).unwrap();
+    let dir = temp_dir();
+    let source = unique("post-metric-updated-avro");
+    let folded = unique("account-metrics-folded-avro");
+    let dlq = unique("avro-dlq");
+    create_topic(&source, 2);
+    let env: Vec<(String, String)> = [
+        ("STREAMFOLD_APP", unique("sf-avro-secret")),
+        ("POST_METRICS_TOPIC", source.clone()),
+        ("FOLDED_TOPIC", folded.clone()),
+        ("DEAD_LETTER_TOPIC", dlq.clone()),
+        ("SCHEMA_REGISTRY_URL", registry.url().to_string()),
+        ("SCHEMA_REGISTRY_USERNAME", "sr-user".to_string()),
+        ("SCHEMA_REGISTRY_PASSWORD", password.clone()),
+        ("KAFKA_BOOTSTRAP_SERVERS", broker().bootstrap.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let topology_path = repo().join("topologies/social-metrics-avro.yaml");
+    let no_password = |what: &str, text: &str| {
+        assert!(
+            !text.contains(&password),
+            "the schema registry password appears in {what}:\n{text}"
+        );
+    };
+    let cli = |args: &[&str], env: &[(String, String)]| {
+        std::process::Command::new(streamfold_binary())
+            .args(args)
+            .envs(env.iter().cloned())
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+
+    // `check` and `describe` show the registry and its user, the password
+    // masked.
+    for command in ["check", "describe"] {
+        let shown = cli(&[command, topology_path.to_str().unwrap()], &env);
+        assert!(shown.status.success(), "{}", output_text(&shown));
+        assert!(
+            output_text(&shown).contains(&format!(
+                "{} as user `sr-user` (password ***)",
+                registry.url()
+            )),
+            "`{command}`: {}",
+            output_text(&shown)
+        );
+        no_password(&format!("`{command}`"), &output_text(&shown));
+    }
+
+    // A run with every log line on: the registry is asked for schemas with
+    // the password, which is nowhere in the log or the metrics.
+    let text = std::fs::read_to_string(&topology_path).unwrap();
+    let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let topology = topology::load_str("social-metrics-avro.yaml", &text, &lookup).unwrap();
+    let codecs = Codecs::new(&topology).unwrap();
+    let producer = TestProducer::new();
+    for value in example::events() {
+        let bytes = codecs.encode_as_producer(0, &value).unwrap();
+        let post = value["post_id"].as_str().unwrap();
+        producer.send(&source, Some(post.as_bytes()), &bytes, &[]);
+    }
+    producer.flush();
+    let mut run_env = env.clone();
+    run_env.push(("RUST_LOG".into(), "debug".into()));
+    let app = App::start(
+        &AppConfig {
+            topology: topology_path.clone(),
+            instance: "a".into(),
+            state_dir: dir.path().join("state"),
+            env: run_env,
+            txn_header: false,
+            args: Vec::new(),
+        },
+        dir.path(),
+    );
+    let outputs = read_topic(&folded, 2, Duration::from_secs(2), Duration::from_secs(90));
+    assert_eq!(outputs.len(), 2, "{outputs:?}");
+    let metrics = app.metrics_text();
+    let log = app.stop();
+    assert!(log.contains("DEBUG"), "every log line is on:\n{log}");
+    no_password("the run's log", &log);
+    no_password("/metrics", &metrics);
+
+    // A wrong password: the run stops with the registry's refusal, and
+    // neither password is in what it says.
+    let wrong = format!("{password}-wrong");
+    let mut wrong_env = env.clone();
+    wrong_env.push(("SCHEMA_REGISTRY_PASSWORD".into(), wrong.clone()));
+    wrong_env.push(("STREAMFOLD_APP".into(), unique("sf-avro-wrong")));
+    let app = App::start(
+        &AppConfig {
+            topology: topology_path,
+            instance: "a".into(),
+            state_dir: dir.path().join("state-wrong"),
+            env: wrong_env,
+            txn_header: false,
+            args: Vec::new(),
+        },
+        dir.path(),
+    );
+    let (status, log) = app.wait_exit(Duration::from_secs(120));
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("401"), "the registry's refusal: {log}");
+    no_password("the error", &log);
+    assert!(
+        !log.contains(&wrong),
+        "the wrong password appears in the error:\n{log}"
+    );
+}

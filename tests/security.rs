@@ -111,10 +111,16 @@ fn a_topology_runs_over_sasl_scram_and_tls_exactly_once_and_never_shows_the_pass
     let dir = temp_dir();
     let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
     let env = names.env(broker);
-    let client = broker.client();
+    // The tests' own door, a super user: input, and reading what streamfold
+    // wrote. streamfold's user has exactly the ACLs docs/security.md lists.
+    let client = broker.admin_client();
+    broker.grant(
+        &broker.principal(),
+        &application_acls(&names.app, &[&names.source], &[&names.folded, &names.dlq]),
+    );
 
-    // Input over the secured listener: bursts per account, and one record
-    // that is not JSON, for a dead letter.
+    // Input: bursts per account, and one record that is not JSON, for a
+    // dead letter.
     create_topic_on(&client, &names.source, 4, &[]);
     let producer = TestProducer::on(&client);
     for i in 0..ACCOUNTS * PER_ACCOUNT {
@@ -200,7 +206,12 @@ fn a_topology_runs_over_sasl_scram_and_tls_exactly_once_and_never_shows_the_pass
         Some(names.source.as_str())
     );
 
-    // `dlq replay` over the same settings sends the letter back.
+    // `dlq replay` over the same settings sends the letter back, with the
+    // ACLs docs/security.md lists for it.
+    broker.grant(
+        &broker.principal(),
+        &replay_acls(&names.app, &names.dlq, &[&names.source]),
+    );
     let replay = streamfold(
         &["dlq", "replay", "--topology", topology.to_str().unwrap()],
         &env,
@@ -246,7 +257,7 @@ fn a_wrong_password_stops_run_at_once_with_an_authentication_error() {
     let names = Names::new("wrong-password");
     let dir = temp_dir();
     let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
-    create_topic_on(&broker.client(), &names.source, 1, &[]);
+    create_topic_on(&broker.admin_client(), &names.source, 1, &[]);
     let wrong = format!("{}-but-wrong", broker.password);
     let mut env = names.env(broker);
     env.push(("KAFKA_PASSWORD".into(), wrong.clone()));
@@ -276,7 +287,7 @@ fn an_untrusted_broker_certificate_stops_run_at_once_naming_the_verification_fai
     let names = Names::new("untrusted");
     let dir = temp_dir();
     let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
-    create_topic_on(&broker.client(), &names.source, 1, &[]);
+    create_topic_on(&broker.admin_client(), &names.source, 1, &[]);
     let mut env = names.env(broker);
     env.push(("KAFKA_CA".into(), broker.other_ca.display().to_string()));
     let app = App::start_on(
@@ -304,6 +315,16 @@ fn the_load_generator_takes_the_topology_settings_or_x_properties() {
     let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
     let env = names.env(broker);
     let with_topology = ["--topology", topology.to_str().unwrap()];
+    create_topic_on(&broker.admin_client(), &names.source, 1, &[]);
+    broker.grant(
+        &broker.principal(),
+        &[
+            Acl::literal("TOPIC", &names.source, "WRITE"),
+            Acl::literal("TOPIC", &names.source, "READ"),
+            // The reader's consumer looks up its group's coordinator.
+            Acl::literal("GROUP", "streamfold-loadgen-read", "READ"),
+        ],
+    );
 
     // The topology's servers and `kafka.security`.
     let produced = loadgen(
@@ -315,7 +336,11 @@ fn the_load_generator_takes_the_topology_settings_or_x_properties() {
         &env,
     );
     assert!(produced.status.success(), "{}", text(&produced));
-    let records = read_to_end_on(&broker.client(), &names.source, Duration::from_secs(60));
+    let records = read_to_end_on(
+        &broker.admin_client(),
+        &names.source,
+        Duration::from_secs(60),
+    );
     assert_eq!(records.len(), 6, "the article's six events: {records:?}");
 
     // The same settings as `-X` properties, the password from the shell.
@@ -363,5 +388,331 @@ fn the_load_generator_takes_the_topology_settings_or_x_properties() {
         "the load generator's error",
         &text(&refused),
         &broker.password,
+    );
+}
+
+/// Input for `names`' source: `accounts` accounts from `first`, `per_account`
+/// events each (post ids `post_<first>_<i>`).
+fn feed(client: &rdkafka::config::ClientConfig, names: &Names, first: u64, accounts: u64) {
+    let producer = TestProducer::on(client);
+    for i in 0..accounts * PER_ACCOUNT {
+        let account = format!("account_{}", first + i % accounts);
+        producer.send_json(
+            &names.source,
+            &account,
+            &json!({"post_id": format!("post_{first}_{i}"), "account_id": account, "metrics": {"likes": 1}}),
+        );
+    }
+    producer.flush();
+}
+
+/// What read_committed readers see of an application's outputs, and where
+/// its group stands: compared before and after a refused start.
+#[derive(Debug, PartialEq)]
+struct Committed {
+    folded: Vec<(i32, i64, Option<String>)>,
+    dead_letters: usize,
+    group: Vec<i64>,
+}
+
+fn committed(broker: &SecureBroker, names: &Names) -> Committed {
+    let client = broker.admin_client();
+    let folded = read_to_end_on(&client, &names.folded, Duration::from_secs(60))
+        .iter()
+        .map(|r| (r.partition, r.offset, r.key.clone()))
+        .collect();
+    Committed {
+        folded,
+        dead_letters: read_to_end_on(&client, &names.dlq, Duration::from_secs(60)).len(),
+        group: group_committed_on(&client, &names.app, &names.source, 2),
+    }
+}
+
+#[test]
+fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
+    let _serial = serial();
+    let broker = secure_broker();
+    let names = Names::new("missing-acl");
+    let dir = temp_dir();
+    let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
+    let client = broker.admin_client();
+    let user = broker.principal();
+    let acls = application_acls(&names.app, &[&names.source], &[&names.folded, &names.dlq]);
+    broker.grant(&user, &acls);
+    create_topic_on(&client, &names.source, 2, &[]);
+    let config = names.app(&topology, &dir.path().join("state"), names.env(broker));
+
+    // A first run with every ACL: two accounts folded and committed.
+    feed(&client, &names, 0, 2);
+    let app = App::start_on(&broker.bootstrap, &config, dir.path());
+    app.wait_metric(
+        "streamfold_fold_closed_quiet_total",
+        Duration::from_secs(120),
+        |closed| closed >= 2.0,
+    );
+    app.stop();
+    let before = committed(broker, &names);
+    assert_eq!(before.folded.len(), 2, "{before:?}");
+    assert_eq!(
+        before.group.iter().sum::<i64>(),
+        (2 * PER_ACCOUNT) as i64,
+        "{before:?}"
+    );
+
+    // More input, then each ACL in turn taken away: the run stops at once
+    // naming it, and read_committed readers see exactly what they saw.
+    feed(&client, &names, 100, 3);
+    let internal = format!("{}-", names.app);
+    let transactional_id = format!("{}-a", names.app);
+    let cases = [
+        (
+            Acl::prefixed("TOPIC", &internal, "WRITE"),
+            format!("WRITE on topic `{internal}fold_account-open-changelog` (changelog)"),
+        ),
+        (
+            Acl::prefixed("TRANSACTIONAL_ID", &internal, "WRITE"),
+            format!("WRITE on transactional id `{transactional_id}`"),
+        ),
+        (
+            Acl::literal("TOPIC", &names.source, "READ"),
+            format!("READ on topic `{}` (source `post_metrics`)", names.source),
+        ),
+        (
+            Acl::literal("GROUP", &names.app, "READ"),
+            format!("READ on group `{}` (the consumer group", names.app),
+        ),
+        // WRITE was all that let it see the sink: the cluster now hides
+        // the topic from it altogether.
+        (
+            Acl::literal("TOPIC", &names.folded, "WRITE"),
+            format!(
+                "WRITE, DESCRIBE_CONFIGS on topic `{}` (sink `folded`; the cluster does not let it even describe the topic)",
+                names.folded
+            ),
+        ),
+    ];
+    for (acl, named) in cases {
+        broker.revoke(&user, std::slice::from_ref(&acl));
+        let app = App::start_on(&broker.bootstrap, &config, dir.path());
+        // A bound on a hang, not a performance target: a refusal that were
+        // retried would never end.
+        let (status, log) = app.wait_exit(Duration::from_secs(60));
+        assert_eq!(
+            status.code(),
+            Some(3),
+            "without {acl:?}, a configuration error: {log}"
+        );
+        assert!(
+            log.contains("not authorized: Kafka at")
+                && log.contains(&format!("user `{}`", broker.username)),
+            "without {acl:?}: {log}"
+        );
+        assert!(
+            log.contains(&named),
+            "without {acl:?}, the error names {named}: {log}"
+        );
+        assert!(log.contains("docs/security.md"), "{log}");
+        assert_no_password("the error output", &log, &broker.password);
+        assert_eq!(
+            committed(broker, &names),
+            before,
+            "nothing committed without {acl:?}"
+        );
+        broker.grant(&user, &[acl]);
+    }
+
+    // Every ACL back: the new input is processed, each event once.
+    let app = App::start_on(&broker.bootstrap, &config, dir.path());
+    app.wait_metric(
+        "streamfold_fold_closed_quiet_total",
+        Duration::from_secs(120),
+        |closed| closed >= 3.0,
+    );
+    app.stop();
+    let folded = read_to_end_on(&client, &names.folded, Duration::from_secs(60));
+    let mut posts: Vec<String> = folded
+        .iter()
+        .flat_map(|r| {
+            r.json()["posts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let count = posts.len();
+    posts.sort();
+    posts.dedup();
+    assert_eq!(posts.len(), count, "no event folded twice: {folded:?}");
+    assert_eq!(
+        count as u64,
+        5 * PER_ACCOUNT,
+        "every event folded: {folded:?}"
+    );
+}
+
+#[test]
+fn a_plaintext_client_is_refused_by_the_secured_listener() {
+    let _serial = serial();
+    let broker = secure_broker();
+    let names = Names::new("plaintext");
+    let dir = temp_dir();
+    create_topic_on(&broker.admin_client(), &names.source, 1, &[]);
+    // The topology as it is, without a `kafka.security` section.
+    let topology = repo().join("topologies/social-metrics.yaml");
+    let app = App::start_on(
+        &broker.bootstrap,
+        &names.app(&topology, &dir.path().join("state"), names.env(broker)),
+        dir.path(),
+    );
+    let (status, log) = app.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("cannot reach Kafka at"), "{log}");
+    assert!(
+        log.contains(
+            "which uses security.protocol `plaintext`: does its listener expect TLS or SASL?"
+        ),
+        "{log}"
+    );
+    let folded = read_to_end_on(
+        &broker.admin_client(),
+        &names.folded,
+        Duration::from_secs(10),
+    );
+    assert!(folded.is_empty(), "{folded:?}");
+}
+
+#[test]
+fn a_broker_certificate_that_does_not_name_the_host_is_refused_by_default() {
+    let _serial = serial();
+    let broker = secure_broker();
+    let names = Names::new("hostname");
+    let dir = temp_dir();
+    let topology = secured_topology("topologies/social-metrics.yaml", dir.path());
+    create_topic_on(&broker.admin_client(), &names.source, 1, &[]);
+    let mut env = names.env(broker);
+    env.push((
+        "KAFKA_BOOTSTRAP_SERVERS".into(),
+        broker.unnamed_bootstrap.clone(),
+    ));
+    // 127.0.0.2 reaches the same listener, signed by the trusted CA, but
+    // the certificate names 127.0.0.1 and localhost only.
+    let app = App::start_on(
+        &broker.unnamed_bootstrap,
+        &names.app(&topology, &dir.path().join("state"), env.clone()),
+        dir.path(),
+    );
+    let (status, log) = app.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("TLS handshake with Kafka at 127.0.0.2"),
+        "{log}"
+    );
+    assert!(log.contains("certificate verify failed"), "{log}");
+    assert!(log.contains("does not name the host connected to"), "{log}");
+
+    // The same client with host name verification off gets through: it was
+    // the name, nothing else, that failed.
+    broker.grant(
+        &broker.principal(),
+        &[
+            Acl::literal("TOPIC", &names.source, "READ"),
+            Acl::literal("GROUP", "streamfold-loadgen-read", "READ"),
+        ],
+    );
+    let read = |extra: &[&str]| {
+        let args = [
+            &["--topology", topology.to_str().unwrap()][..],
+            extra,
+            &["read", "--topic", &names.source, "--summary"],
+        ]
+        .concat();
+        loadgen(&args, &env)
+    };
+    let refused = read(&[]);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("certificate verify failed"),
+        "{}",
+        text(&refused)
+    );
+    let unverified = read(&["-X", "ssl.endpoint.identification.algorithm=none"]);
+    assert!(unverified.status.success(), "{}", text(&unverified));
+}
+
+#[test]
+fn mutual_tls_with_a_client_certificate_runs_exactly_once_and_no_certificate_is_refused() {
+    let _serial = serial();
+    let broker = secure_broker();
+    let names = Names::new("mtls");
+    let dir = temp_dir();
+    let topology = mutual_tls_topology("topologies/social-metrics.yaml", dir.path());
+    let client = broker.admin_client();
+    broker.grant(
+        &broker.client_principal,
+        &application_acls(&names.app, &[&names.source], &[&names.folded, &names.dlq]),
+    );
+    create_topic_on(&client, &names.source, 2, &[]);
+    feed(&client, &names, 0, 4);
+    let mut env = names.env(broker);
+    env.extend([
+        (
+            "KAFKA_BOOTSTRAP_SERVERS".into(),
+            broker.mtls_bootstrap.clone(),
+        ),
+        (
+            "KAFKA_CERTIFICATE".into(),
+            broker.client_certificate.display().to_string(),
+        ),
+        ("KAFKA_KEY".into(), broker.client_key.display().to_string()),
+    ]);
+    let app = App::start_on(
+        &broker.mtls_bootstrap,
+        &names.app(&topology, &dir.path().join("state"), env.clone()),
+        dir.path(),
+    );
+    app.wait_metric(
+        "streamfold_fold_closed_quiet_total",
+        Duration::from_secs(120),
+        |closed| closed >= 4.0,
+    );
+    app.stop();
+    let folded = read_to_end_on(&client, &names.folded, Duration::from_secs(60));
+    assert_eq!(folded.len(), 4, "{folded:?}");
+    for record in &folded {
+        assert_eq!(
+            record.json()["folded_count"],
+            json!(PER_ACCOUNT),
+            "{folded:?}"
+        );
+    }
+
+    // Without a certificate the listener ends the handshake.
+    let no_certificate = loadgen(
+        &[
+            "--bootstrap-servers",
+            &broker.mtls_bootstrap,
+            "-X",
+            "security.protocol=ssl",
+            "-X",
+            &format!("ssl.ca.location={}", broker.ca.display()),
+            "read",
+            "--topic",
+            &names.source,
+            "--summary",
+        ],
+        &[],
+    );
+    assert!(
+        !no_certificate.status.success(),
+        "{}",
+        text(&no_certificate)
+    );
+    assert!(
+        text(&no_certificate).contains("TLS handshake with Kafka")
+            && text(&no_certificate).contains("the broker wants a client certificate"),
+        "{}",
+        text(&no_certificate)
     );
 }

@@ -242,8 +242,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Creates `topic` unless it exists: a user allowed to write a topic
+/// need not be allowed to create topics.
 fn ensure_topic(base: &ClientConfig, topic: &str, partitions: i32) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = base.create()?;
+    // Asking for the topic must not create it with the broker's defaults.
+    let admin: AdminClient<DefaultClientContext> = base
+        .clone()
+        .set("allow.auto.create.topics", "false")
+        .create()?;
+    let metadata = admin
+        .inner()
+        .fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    if metadata
+        .topics()
+        .iter()
+        .any(|t| t.error().is_none() && !t.partitions().is_empty())
+    {
+        return Ok(());
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

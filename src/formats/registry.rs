@@ -325,7 +325,11 @@ impl RegistryClient {
             builder.add_url(url.clone());
         }
         if let Some(username) = config.username.as_deref().filter(|u| !u.is_empty()) {
-            let password = config.password.as_deref().filter(|p| !p.is_empty());
+            let password = config
+                .password
+                .as_ref()
+                .map(|p| p.expose())
+                .filter(|p| !p.is_empty());
             builder.set_basic_authorization(username, password);
         }
         builder.set_timeout(CALL_TIMEOUT);

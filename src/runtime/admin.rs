@@ -147,6 +147,11 @@ pub fn wait_for_sources(
     loop {
         let missing = missing_sources(topology, &existing);
         gauge.set(missing.len() as f64);
+        // A topic this client may not describe is missing from the
+        // metadata whether or not it exists: no wait would bring it.
+        if !missing.is_empty() {
+            super::permissions::refused_sources(&admin, config, topology, &missing)?;
+        }
         if missing.is_empty() {
             if last_logged.is_some() {
                 tracing::info!(
@@ -336,9 +341,17 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
         });
     }
     if !create.is_empty() {
-        create_topics(&admin, &create, &topology.kafka.internal_topics)?;
-        wait_for_topics(&admin, &servers, &create)?;
+        create_topics(&admin, config, &create, &topology.kafka.internal_topics)?;
+        // A topic this client may not describe looks missing, and its
+        // creation then finds it exists: the permissions say why it never
+        // shows up.
+        wait_for_topics(&admin, &servers, &create).map_err(|error| {
+            super::permissions::check(&admin, config, topology)
+                .err()
+                .unwrap_or(error)
+        })?;
     }
+    super::permissions::check(&admin, config, topology)?;
     let mut written: Vec<String> = topology
         .internal_topics()
         .into_iter()
@@ -426,6 +439,7 @@ fn describe_topics(
 /// defaults where it says nothing).
 fn create_topics(
     admin: &AdminClient<DefaultClientContext>,
+    config: &ClientConfig,
     create: &[Creation],
     replication: &crate::topology::model::InternalTopicsConfig,
 ) -> Result<(), RuntimeError> {
@@ -465,6 +479,11 @@ fn create_topics(
             }
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((name, code)) => {
+                if let Some(refused) =
+                    super::permissions::creation_refused(config, code, &name, &creation.why)
+                {
+                    return Err(refused);
+                }
                 return Err(RuntimeError::Startup(format!(
                     "cannot create topic `{name}` ({}): {code}",
                     creation.why

@@ -64,8 +64,14 @@ fn classify(code: Option<RDKafkaErrorCode>, reason: &str) -> Option<Fatal> {
         _ if lower.contains("sasl authentication error") => {
             Some(Fatal::Authentication(reason.into()))
         }
+        // The broker's TLS alerts: under TLS 1.3 a listener that requires
+        // a client certificate refuses after the client's side of the
+        // handshake is done, so the alert arrives with the first receive.
         _ if lower.contains("certificate verify failed")
-            || lower.contains("ssl handshake failed") =>
+            || lower.contains("ssl handshake failed")
+            || lower.contains("alert bad certificate")
+            || lower.contains("alert certificate required")
+            || lower.contains("alert unknown ca") =>
         {
             Some(Fatal::Tls(reason.into()))
         }
@@ -187,6 +193,22 @@ fn login(config: &ClientConfig) -> String {
 }
 
 fn tls_hint(config: &ClientConfig, reason: &str) -> String {
+    let lower = reason.to_ascii_lowercase();
+    if [
+        "alert bad certificate",
+        "alert certificate required",
+        "alert unknown ca",
+    ]
+    .iter()
+    .any(|alert| lower.contains(alert))
+    {
+        return match config.get("ssl.certificate.location") {
+            Some(certificate) => format!(
+                "; the broker refused this client's certificate `{certificate}` (kafka.security.tls.certificate): is it signed by a CA the broker trusts?"
+            ),
+            None => "; the broker wants a client certificate (mutual TLS): set kafka.security.tls.certificate and key".into(),
+        };
+    }
     if !reason
         .to_ascii_lowercase()
         .contains("certificate verify failed")
@@ -246,6 +268,16 @@ mod tests {
         assert_eq!(
             classify(Some(RDKafkaErrorCode::SSL), "SSL handshake failed"),
             Some(Fatal::Tls("SSL handshake failed".into()))
+        );
+        // A listener that requires a client certificate, to a client
+        // without one (Apache Kafka 4, TLS 1.3).
+        let no_certificate = "ssl://127.0.0.1:41567/bootstrap: Receive failed: error:0A000412:SSL routines::sslv3 alert bad certificate: SSL alert number 42 (after 15ms in state APIVERSION_QUERY)";
+        assert_eq!(
+            classify(None, no_certificate),
+            Some(Fatal::Tls(no_certificate.into()))
+        );
+        assert!(
+            tls_hint(&ClientConfig::new(), no_certificate).contains("wants a client certificate")
         );
         // Retrying may fix these.
         assert_eq!(

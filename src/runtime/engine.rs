@@ -202,14 +202,19 @@ fn run_member(
     source_watch: &Arc<SourceWatch>,
 ) -> Result<(), RuntimeError> {
     let exactly_once = topology.processing.guarantee == Guarantee::ExactlyOnce;
+    let producer_config = config::producer_config(topology, options);
     let txn = Transactions::new(
-        &config::producer_config(topology, options),
+        &producer_config,
         exactly_once,
         &options.hooks,
         layout.topic_limits.clone(),
         shutdown,
     )
-    .map_err(|e| RuntimeError::Startup(format!("cannot start the transactional producer: {e}")))?;
+    .map_err(|e| {
+        super::permissions::transactional_id_refused(&producer_config, &e).unwrap_or_else(|| {
+            RuntimeError::Startup(format!("cannot start the transactional producer: {e}"))
+        })
+    })?;
     tracing::info!(run = %txn.run_id(), "Producer ready; joining the group.");
     let _membership = super::health::health().member();
     let changelogs: Vec<String> = topology

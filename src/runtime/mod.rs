@@ -25,6 +25,7 @@ pub(crate) mod fetch;
 pub mod health;
 pub mod metrics;
 pub mod ops_server;
+pub(crate) mod permissions;
 pub mod properties_check;
 pub mod query;
 pub mod replay;
@@ -79,6 +80,18 @@ pub enum RuntimeError {
         id: String,
         /// The new topic's id, when one was created under the name.
         recreated: Option<String>,
+    },
+    /// The cluster refuses this client an operation the application needs
+    /// (an ACL is missing).
+    #[error(
+        "not authorized: Kafka at {servers} does not allow {principal}: {missing}. Grant the missing ACLs (docs/security.md lists every ACL an application needs) and start again"
+    )]
+    NotAuthorized {
+        servers: String,
+        /// Who asked, as the client knows itself.
+        principal: String,
+        /// Each operation refused, with its resource and why it is needed.
+        missing: String,
     },
     /// The cluster does not fit the topology (missing or mismatched topics).
     #[error("{0}")]

@@ -190,6 +190,9 @@ fn kafka(out: &mut String, t: &Topology) {
             .collect();
         let _ = writeln!(out, "  {label:<22} {}", shown.join(", "));
     }
+    if let Some(registry) = &t.schema_registry {
+        let _ = writeln!(out, "  {:<22} {}", "schema registry", registry.summary());
+    }
 }
 
 fn mermaid(t: &Topology) -> String {

@@ -225,6 +225,11 @@ pub(crate) enum InternalKind {
 }
 
 impl Topology {
+    /// The schema registry of `avro` sources and sinks, if any.
+    pub fn schema_registry(&self) -> Option<&SchemaRegistryConfig> {
+        self.schema_registry.as_ref()
+    }
+
     /// What `run` gives one instance of this topology for its state
     /// (`state:`): the RocksDB block cache and write buffers every task's
     /// database shares, and the record cache's byte budget.

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::types::{HumanBytes, HumanDuration, Inputs, JsonPointer};
 use crate::operators::registry::NodeKind;
+use crate::secrets::Secret;
 use crate::state::rocks::RocksResources;
 
 /// A streamfold topology: where records come from, what happens to them,
@@ -180,13 +181,27 @@ pub struct SchemaRegistryConfig {
     /// unset.
     #[serde(default)]
     pub username: Option<String>,
-    /// Basic-auth password (on Confluent Cloud, the API secret). Requires
-    /// `username`.
+    /// Basic-auth password (on Confluent Cloud, the API secret); write
+    /// `${VAR}`. Requires `username`. Shown as `***` and masked in logs
+    /// and errors.
     #[serde(default)]
-    pub password: Option<String>,
+    pub password: Option<Secret>,
 }
 
 impl SchemaRegistryConfig {
+    /// The URLs and the user, the password as `***`: what `check` and
+    /// `describe` show.
+    pub fn summary(&self) -> String {
+        let mut out = self.url.clone();
+        if let Some(user) = self.username.as_deref().filter(|u| !u.is_empty()) {
+            out.push_str(&format!(" as user `{user}`"));
+            if self.password.as_ref().is_some_and(|p| !p.is_empty()) {
+                out.push_str(&format!(" (password {})", crate::secrets::MASK));
+            }
+        }
+        out
+    }
+
     /// Problems with these settings, as (field, message).
     pub(crate) fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
@@ -198,8 +213,9 @@ impl SchemaRegistryConfig {
                 ));
             }
         }
-        let set = |field: &Option<String>| field.as_deref().is_some_and(|v| !v.is_empty());
-        if set(&self.password) && !set(&self.username) {
+        let username_set = self.username.as_deref().is_some_and(|v| !v.is_empty());
+        let password_set = self.password.as_ref().is_some_and(|p| !p.is_empty());
+        if password_set && !username_set {
             out.push(("password", "`password` needs `username`".to_string()));
         }
         out

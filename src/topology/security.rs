@@ -367,7 +367,8 @@ impl Topology {
         if let Some(password) = self
             .schema_registry
             .as_ref()
-            .and_then(|r| r.password.as_deref())
+            .and_then(|r| r.password.as_ref())
+            .map(Secret::expose)
         {
             out.push(password);
         }

@@ -51,6 +51,10 @@ pub struct BrokerOptions {
     /// More listeners, by name (each node gets a port for each; their
     /// protocol goes in `configs`' `listener.security.protocol.map`).
     pub listeners: Vec<String>,
+    /// The address the extra listeners listen on (they advertise
+    /// `127.0.0.1` whatever it is): `0.0.0.0` makes them answer on any
+    /// loopback address. `None`: `127.0.0.1`.
+    pub listener_bind: Option<String>,
     /// Arguments for the storage format (`--add-scram ...`).
     pub format_args: Vec<String>,
     /// The address the PLAINTEXT listeners bind and advertise: loopback,
@@ -64,6 +68,7 @@ impl Default for BrokerOptions {
             nodes: 1,
             configs: Vec::new(),
             listeners: Vec::new(),
+            listener_bind: None,
             format_args: Vec::new(),
             host: "127.0.0.1".into(),
         }
@@ -140,6 +145,9 @@ impl Broker {
                 ];
                 for (name, port) in options.listeners.iter().zip(&listener_ports) {
                     args.extend(["--listener".into(), format!("{name}://127.0.0.1:{port}")]);
+                }
+                if let Some(bind) = &options.listener_bind {
+                    args.extend(["--listener-bind".into(), bind.clone()]);
                 }
                 for config in &options.configs {
                     args.extend(["--config".into(), config.clone()]);

@@ -23,7 +23,9 @@
 //! run too; a failing run keeps them always), and `CHAOS_EVENTS`,
 //! `CHAOS_FAULTS`, `CHAOS_INSTANCES`, `CHAOS_STATIC=true|false`,
 //! `CHAOS_BROKERS=1|3`, `CHAOS_PARTITIONS=true|false` (network partitions)
-//! and `CHAOS_RATE` (input records a second) scale a run (the long runs in
+//! `CHAOS_SECURED=true|false` (the instances over SASL/SCRAM and TLS as a
+//! user with only its ACLs, see [`Kafka::start`]) and `CHAOS_RATE` (input
+//! records a second) scale a run (the long runs in
 //! RELIABILITY.md). The schedule (fault kinds, targets, delays) depends
 //! only on the seed; when each fault lands relative to the processing does
 //! not.
@@ -45,6 +47,7 @@ use super::broker::{Broker, BrokerOptions};
 use super::consumer::{Consumed, group_committed_on, partition_count_on, read_to_end_on};
 use super::netns::{Netns, Network};
 use super::producer::Delivered;
+use super::tls::{SecureAccess, application_acls, secured_topology};
 use super::{repo, temp_dir, unique};
 
 /// Partitions of each input topic (the tasks of the group).
@@ -82,6 +85,11 @@ pub struct Settings {
     /// Input records a second; by default the input is spread over the
     /// planned duration of the faults.
     pub rate: Option<u64>,
+    /// Whether the instances connect over SASL/SCRAM-SHA-512 and TLS to a
+    /// cluster that authorizes with ACLs, as a user granted only what
+    /// docs/security.md lists (one-node or three-node, without network
+    /// partitions: the secured listeners advertise loopback).
+    pub secured: bool,
 }
 
 impl Settings {
@@ -105,12 +113,17 @@ impl Settings {
             brokers: var("CHAOS_BROKERS").unwrap_or(defaults.brokers),
             partitions: var("CHAOS_PARTITIONS").unwrap_or(defaults.partitions),
             rate: var("CHAOS_RATE").or(defaults.rate),
+            secured: var("CHAOS_SECURED").unwrap_or(defaults.secured),
         };
+        assert!(
+            !(settings.secured && settings.partitions),
+            "CHAOS_SECURED=true runs without network partitions"
+        );
         assert!(settings.instances >= MIN_INSTANCES && settings.instances <= MAX_INSTANCES);
         assert!(settings.brokers == 1 || settings.brokers == 3);
         eprintln!(
             "chaos {test}: {settings:?}\n  replay: CHAOS_SEED={} CHAOS_EVENTS={} CHAOS_FAULTS={} \
-             CHAOS_INSTANCES={} CHAOS_STATIC={} CHAOS_BROKERS={} CHAOS_PARTITIONS={}{} \
+             CHAOS_INSTANCES={} CHAOS_STATIC={} CHAOS_BROKERS={} CHAOS_PARTITIONS={} CHAOS_SECURED={}{} \
              scripts/test.sh --test chaos {test} -- --nocapture",
             settings.seed,
             settings.events,
@@ -119,6 +132,7 @@ impl Settings {
             settings.static_membership,
             settings.brokers,
             settings.partitions,
+            settings.secured,
             settings
                 .rate
                 .map_or(String::new(), |r| format!(" CHAOS_RATE={r}")),
@@ -139,6 +153,7 @@ impl Default for Settings {
             brokers: 1,
             partitions: false,
             rate: None,
+            secured: false,
         }
     }
 }
@@ -245,6 +260,10 @@ pub fn schedule(rng: &mut StdRng, settings: &Settings) -> Vec<(Duration, Fault)>
 /// reach it over.
 pub struct Kafka {
     pub broker: Broker,
+    /// The secured listeners and the application's credentials, when the
+    /// run is secured; the tests' own clients keep to the PLAINTEXT
+    /// listener, whose principal is the super user.
+    pub access: Option<SecureAccess>,
     /// The address the brokers listen on, when instances run in network
     /// namespaces (dropped after the broker).
     network: Option<Network>,
@@ -269,9 +288,24 @@ impl Kafka {
             "log.roll.ms=5000".to_string(),
             "log.segment.bytes=1048576".to_string(),
         ]);
+        let (broker, access) = if settings.secured {
+            let (access, broker) = SecureAccess::start(options);
+            (broker, Some(access))
+        } else {
+            (Broker::start(options), None)
+        };
         Kafka {
-            broker: Broker::start(options),
+            broker,
+            access,
             network,
+        }
+    }
+
+    /// The servers the instances connect to.
+    pub fn app_bootstrap(&self) -> String {
+        match &self.access {
+            Some(access) => access.bootstrap.clone(),
+            None => self.broker.bootstrap.clone(),
         }
     }
 
@@ -370,7 +404,7 @@ impl Instances {
             topology: topology.to_path_buf(),
             env,
             static_membership: settings.static_membership,
-            bootstrap: kafka.broker.bootstrap.clone(),
+            bootstrap: kafka.app_bootstrap(),
             dir: Some(temp_dir()),
             members: BTreeMap::new(),
             next: 0,
@@ -956,6 +990,8 @@ pub struct Scenario {
     sources: Vec<String>,
     /// Repartition topics to see committed to their ends.
     repartitions: Vec<String>,
+    /// The output topics, created by the test.
+    outputs: Vec<String>,
     env: Vec<(String, String)>,
     /// Whether the outputs of `input` are complete, from what the output
     /// topics hold: timers (folds closing, rollups) may still be due once
@@ -976,6 +1012,7 @@ impl Scenario {
             kafka,
             sources: Vec::new(),
             repartitions: Vec::new(),
+            outputs: Vec::new(),
             env: Vec::new(),
             finished: Box::new(|_, _| true),
             stamps: BTreeMap::new(),
@@ -999,6 +1036,7 @@ impl Scenario {
             PARTITIONS,
             &[("cleanup.policy", "delete")],
         );
+        self.outputs.push(topic.clone());
         topic
     }
 
@@ -1037,11 +1075,18 @@ impl Scenario {
             self.env(name, value);
         }
         self.env("STREAMFOLD_APP", &self.app.clone());
-        self.env(
-            "KAFKA_BOOTSTRAP_SERVERS",
-            &self.kafka.broker.bootstrap.clone(),
-        );
-        let topology = repo().join("topologies").join(self.topology);
+        let mut topology = repo().join("topologies").join(self.topology);
+        if let Some(access) = &self.kafka.access {
+            let sources: Vec<&str> = self.sources.iter().map(String::as_str).collect();
+            let outputs: Vec<&str> = self.outputs.iter().map(String::as_str).collect();
+            access.grant(
+                &access.principal(),
+                &application_acls(&self.app, &sources, &outputs),
+            );
+            topology = secured_topology(&format!("topologies/{}", self.topology), access.dir());
+            self.env.extend(access.env());
+        }
+        self.env("KAFKA_BOOTSTRAP_SERVERS", &self.kafka.app_bootstrap());
         Instances::start(&self.kafka, &topology, self.env.clone(), &self.settings)
     }
 

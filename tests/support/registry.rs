@@ -226,7 +226,10 @@ impl SchemaRegistry {
         SchemaRegistryConfig {
             url: self.url.clone(),
             username: self.credentials.as_ref().map(|(u, _)| u.clone()),
-            password: self.credentials.as_ref().map(|(_, p)| p.clone()),
+            password: self
+                .credentials
+                .as_ref()
+                .map(|(_, p)| streamfold::secrets::Secret::new(p.clone())),
         }
     }
 
