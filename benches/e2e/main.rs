@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo bench --bench e2e -- [--peers kafka-streams,quix] [--workloads social-metrics,question-feed]
-//!                             [--events N] [--accounts A] [--partitions P] [--repeat R]
+//!                             [--events N] [--accounts A] [--partitions P] [--keyed-by account|post]
+//!                             [--repeat R]
 //!                             [--bursts B] [--warmup-bursts W] [--no-latency] [--no-recovery]
 //!                             [--guarantees exactly_once[,at_least_once]]
 //!                             [--commit-intervals D[,D…]] [--quix-commit-interval D]
@@ -19,7 +20,9 @@
 //!    keyed as the topology's stateful nodes key them (by account; by
 //!    question or answer), so streamfold's re-key leaves them where they
 //!    are, where Kafka Streams writes every record through its
-//!    repartition topic. question-feed sends one event in ten twice and
+//!    repartition topic; with `--keyed-by post`, social-metrics' events
+//!    are keyed by post, so streamfold sends the three in four that are
+//!    not on their account's partition through its repartition topic too. question-feed sends one event in ten twice and
 //!    distributed-counter every event twice; rates count every record of
 //!    the topic.
 //! 2. Bare consumer: `streamfold-loadgen bare-consume` reads the topic with
@@ -240,7 +243,8 @@ fn systems(o: &Options, workload: Workload, dir: &Path) -> Vec<(Row, Box<dyn Fn(
 /// Measures every system on `workload` and prints its table.
 fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
     let started_load = load_average();
-    let (topic, records) = produce(workload, o.events, o.accounts, o.partitions);
+    let key_by_post = o.key_by_post && workload == Workload::SocialMetrics;
+    let (topic, records) = produce(workload, o.events, o.accounts, o.partitions, key_by_post);
     let mut bare = Row {
         label: "bare rdkafka consumer (assign, no group), librdkafka defaults".into(),
         ..Row::default()
@@ -320,6 +324,7 @@ fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
     }
 
     let keys = match workload {
+        Workload::SocialMetrics if key_by_post => "accounts, keyed by post",
         Workload::SocialMetrics => "accounts",
         Workload::QuestionFeed => "questions and as many answers",
         Workload::DistributedCounter => "counters",
@@ -361,11 +366,13 @@ fn main() {
     }
     if o.smoke {
         // The other workloads' topologies through the harness: one small
-        // run each, question-feed beside its Kafka Streams peer.
+        // run of streamfold each (tests/peers.rs runs the question-feed
+        // peer).
         for workload in [Workload::QuestionFeed, Workload::DistributedCounter] {
             let smoke = Options {
                 workloads: vec![workload],
                 events: 5_000,
+                kafka_streams: false,
                 instances: vec![1],
                 commit_intervals: vec![None],
                 latency: false,

@@ -13,6 +13,9 @@ pub struct Options {
     /// Keys the events are spread over (accounts, questions, counters).
     pub accounts: u64,
     pub partitions: i32,
+    /// social-metrics' events keyed by post instead of account
+    /// (`--keyed-by post`), so streamfold re-keys them too.
+    pub key_by_post: bool,
     /// Every measurement this many times; the table shows the medians.
     pub repeat: usize,
     /// Latency bursts measured, after `warmup_bursts` not measured.
@@ -52,6 +55,7 @@ pub fn options() -> Options {
             events: 2_000_000,
             accounts: 1_000,
             partitions: 4,
+            key_by_post: false,
             repeat: 3,
             bursts: 200,
             warmup_bursts: 200,
@@ -73,6 +77,7 @@ pub fn options() -> Options {
             events: 20_000,
             accounts: 100,
             partitions: 4,
+            key_by_post: false,
             repeat: 1,
             bursts: 10,
             warmup_bursts: 5,
@@ -110,6 +115,13 @@ pub fn options() -> Options {
             }
             "--accounts" => o.accounts = value.parse().expect("--accounts N"),
             "--partitions" => o.partitions = value.parse().expect("--partitions N"),
+            "--keyed-by" => {
+                o.key_by_post = match value.as_str() {
+                    "account" => false,
+                    "post" => true,
+                    _ => panic!("--keyed-by account|post"),
+                };
+            }
             "--repeat" => o.repeat = value.parse().expect("--repeat N"),
             "--bursts" => o.bursts = value.parse().expect("--bursts N"),
             "--warmup-bursts" => o.warmup_bursts = value.parse().expect("--warmup-bursts N"),

@@ -103,10 +103,17 @@ pub fn loadgen() -> Command {
 }
 
 /// Produces `events` of `workload` over `keys` keys to a new topic of
-/// `partitions`; returns the topic and the records it holds (copies
+/// `partitions` (social-metrics' keyed by post when `key_by_post`);
+/// returns the topic and the records it holds (copies
 /// included): what every system reads. The events are the same on every
 /// run: the generators are functions of the event number.
-pub fn produce(workload: Workload, events: u64, keys: u64, partitions: i32) -> (String, u64) {
+pub fn produce(
+    workload: Workload,
+    events: u64,
+    keys: u64,
+    partitions: i32,
+    key_by_post: bool,
+) -> (String, u64) {
     let topic = unique("bench-input");
     create_topic(&topic, partitions);
     if workload == Workload::DistributedCounter {
@@ -117,6 +124,7 @@ pub fn produce(workload: Workload, events: u64, keys: u64, partitions: i32) -> (
         .args(["--partitions", &partitions.to_string()])
         .args(["--events", &events.to_string()])
         .args(["--accounts", &keys.to_string(), "--json"])
+        .args(key_by_post.then_some("--key-by-post"))
         .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap();

@@ -118,6 +118,10 @@ enum Command {
         /// (1 interleaves accounts).
         #[arg(long, default_value_t = 1)]
         run: u64,
+        /// Key post-metric events by their post instead of their account,
+        /// so a fold by account re-keys them (social-metrics only).
+        #[arg(long)]
+        key_by_post: bool,
         /// Also print the summary as JSON on stdout (`records`: every
         /// record sent, copies included).
         #[arg(long)]
@@ -218,10 +222,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             events,
             accounts,
             run,
+            key_by_post,
             json,
         } => {
-            if article && workload != Workload::SocialMetrics {
-                bail!("--article is social-metrics' example");
+            if (article || key_by_post) && workload != Workload::SocialMetrics {
+                bail!("--article and --key-by-post are social-metrics' options");
             }
             let events = Generated {
                 workload,
@@ -229,6 +234,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 events,
                 keys: accounts.max(1),
                 run: run.max(1),
+                key_by_post,
             };
             produce(&base, &topic, partitions, &events, json)
         }
@@ -274,6 +280,8 @@ struct Generated {
     keys: u64,
     /// Events per account in a row (social-metrics).
     run: u64,
+    /// Keyed by post rather than account (social-metrics).
+    key_by_post: bool,
 }
 
 fn produce(
@@ -289,6 +297,7 @@ fn produce(
         events,
         keys: accounts,
         run,
+        key_by_post,
     } = generated;
     ensure_topic(base, topic, partitions)?;
     let producer: BaseProducer = with_defaults(
@@ -336,12 +345,14 @@ fn produce(
             for i in 0..events {
                 let account = (i / run) % accounts;
                 let account_id = format!("account_{account}");
+                let post_id = format!("post_{}", 1000 + i % 5000);
+                let key = if key_by_post { post_id.clone() } else { account_id.clone() };
                 let value = json!({
-                    "post_id": format!("post_{}", 1000 + i % 5000),
+                    "post_id": post_id,
                     "account_id": account_id,
                     "metrics": {example::METRICS[(i % 6) as usize]: i % 97},
                 });
-                send(&account_id, &value)?;
+                send(&key, &value)?;
             }
         }
         Workload::QuestionFeed => {
