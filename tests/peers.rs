@@ -141,7 +141,12 @@ fn the_peer_folds_as_streamfold_does() {
         args: Vec::new(),
     };
     let streamfold = App::start(&config, dir.path());
-    let ours = read_topic(&folded, folds, Duration::from_secs(1), Duration::from_secs(180));
+    let ours = read_topic(
+        &folded,
+        folds,
+        Duration::from_secs(1),
+        Duration::from_secs(180),
+    );
     let our_dead = read_topic(&dlq, 2, Duration::ZERO, Duration::from_secs(30));
     streamfold.stop();
 
@@ -309,12 +314,7 @@ fn the_peer_projects_the_question_feed_as_streamfold_does() {
     // Wait for as many records as streamfold wrote to each, then stop
     // (a clean close commits everything) and read them all.
     for (topic, ours) in theirs.iter().zip(&ours) {
-        read_topic(
-            topic,
-            ours.len(),
-            Duration::ZERO,
-            Duration::from_secs(180),
-        );
+        read_topic(topic, ours.len(), Duration::ZERO, Duration::from_secs(180));
     }
     peer.stop();
     let theirs: Vec<Vec<Consumed>> = theirs

@@ -52,7 +52,11 @@ pub fn latencies(
     // Each system creates its output topic when it starts.
     let deadline = Instant::now() + Duration::from_secs(60);
     while partition_count(&launch.output) < PARTITIONS {
-        assert!(Instant::now() < deadline, "no output topic {}", launch.output);
+        assert!(
+            Instant::now() < deadline,
+            "no output topic {}",
+            launch.output
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut list = TopicPartitionList::new();

@@ -38,7 +38,11 @@ pub fn recover(launch: &Launch, input: &str, partitions: i32, dir: &Path) -> Rec
     let running = launch.start(dir);
     let deadline = Instant::now() + Duration::from_secs(1800);
     while progress.committed_input() < progress.total() / 2 {
-        assert!(Instant::now() < deadline, "{}: half the input", launch.label);
+        assert!(
+            Instant::now() < deadline,
+            "{}: half the input",
+            launch.label
+        );
         running.assert_running();
         std::thread::sleep(Duration::from_millis(10));
     }

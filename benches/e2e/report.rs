@@ -48,7 +48,9 @@ fn spread(values: &[f64], digits: usize) -> String {
 /// `1234567.8` as `1,234,568` (or with `digits` decimals).
 fn thousands(value: f64, digits: usize) -> String {
     let text = format!("{value:.digits$}");
-    let (whole, fraction) = text.split_once('.').map_or((text.as_str(), ""), |(w, f)| (w, f));
+    let (whole, fraction) = text
+        .split_once('.')
+        .map_or((text.as_str(), ""), |(w, f)| (w, f));
     let (sign, whole) = whole.strip_prefix('-').map_or(("", whole), |w| ("-", w));
     let mut grouped = String::new();
     for (i, c) in whole.chars().enumerate() {
@@ -134,13 +136,11 @@ pub fn ratios(rows: &[Row], tuned_bare: f64) {
         100.0 * rate / tuned_bare,
         thousands(tuned_bare, 0)
     );
-    for peer in rows.iter().filter(|r| {
-        matches!(r.kind, Some(Kind::KafkaStreams | Kind::Quix)) && !r.runs.is_empty()
-    }) {
-        let mut parts = vec![format!(
-            "records/s {:.1}×",
-            rate / median(&peer.rates())
-        )];
+    for peer in rows
+        .iter()
+        .filter(|r| matches!(r.kind, Some(Kind::KafkaStreams | Kind::Quix)) && !r.runs.is_empty())
+    {
+        let mut parts = vec![format!("records/s {:.1}×", rate / median(&peer.rates()))];
         parts.push(format!(
             "CPU per record {:.2} of its",
             median(&ours.cpu()) / median(&peer.cpu())

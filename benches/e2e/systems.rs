@@ -126,7 +126,11 @@ impl Running for Quix {
     fn assert_running(&self) {
         for pid in self.pids() {
             let alive = process_state(pid).is_some_and(|s| s != "Z");
-            assert!(alive, "Quix Streams exited early; log:\n{}", self.log_tail());
+            assert!(
+                alive,
+                "Quix Streams exited early; log:\n{}",
+                self.log_tail()
+            );
         }
     }
 
@@ -228,7 +232,11 @@ impl Launch {
         if let Some(interval) = run.commit_interval {
             env.push(("STREAMFOLD_COMMIT_INTERVAL".into(), interval.into()));
         }
-        let mut args: Vec<String> = run.threads.map(|t| format!("--threads={t}")).into_iter().collect();
+        let mut args: Vec<String> = run
+            .threads
+            .map(|t| format!("--threads={t}"))
+            .into_iter()
+            .collect();
         args.extend_from_slice(run.run_args);
         let config = AppConfig {
             topology: repo().join(format!("topologies/{}.yaml", workload.name())),
@@ -318,7 +326,8 @@ impl Launch {
             "--commit-interval".into(),
             seconds.to_string(),
         ];
-        let label = format!("Quix Streams {QUIX_VERSION}, exactly-once, commits every {commit_interval}");
+        let label =
+            format!("Quix Streams {QUIX_VERSION}, exactly-once, commits every {commit_interval}");
         Launch {
             label,
             group,
