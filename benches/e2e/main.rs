@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! cargo bench --bench e2e -- [--peers kafka-streams,quix] [--workloads social-metrics,question-feed]
-//!                             [--events N] [--accounts A] [--partitions P] [--keyed-by account|post]
-//!                             [--repeat R]
+//!                             [--events N | --events W=N[,W=N…]] [--accounts A] [--partitions P] [--keyed-by account|post]
+//!                             [--seed S] [--repeat R]
 //!                             [--bursts B] [--warmup-bursts W] [--no-latency] [--no-recovery]
 //!                             [--guarantees exactly_once[,at_least_once]]
 //!                             [--commit-intervals D[,D…]] [--quix-commit-interval D]
@@ -22,9 +22,12 @@
 //!    are, where Kafka Streams writes every record through its
 //!    repartition topic; with `--keyed-by post`, social-metrics' events
 //!    are keyed by post, so streamfold sends the three in four that are
-//!    not on their account's partition through its repartition topic too. question-feed sends one event in ten twice and
+//!    not on their account's partition through its repartition topic
+//!    too. question-feed sends one event in ten twice and
 //!    distributed-counter every event twice; rates count every record of
-//!    the topic.
+//!    the topic. `--events question-feed=N` sets one workload's count;
+//!    `--seed` picks the generators' stretch (the same seed, the same
+//!    events).
 //! 2. Bare consumer: `streamfold-loadgen bare-consume` reads the topic with
 //!    `assign()` (no group), timed from its first record to its last, once
 //!    with librdkafka's defaults and once with the fetch setting streamfold
@@ -58,13 +61,19 @@
 //! exactly-once to each peer and to the tuned bare consumer.
 //!
 //! Under `cargo test` (no `--bench` argument) it runs once, as a smoke
-//! test of the harness: 20,000 social-metrics events, every step
-//! including the Kafka Streams peer (not Quix Streams: no download from
-//! PyPI in CI; the recovery step with streamfold only), streamfold with
-//! one instance and with two, then a small question-feed and
-//! distributed-counter run of streamfold. The events are the same on
-//! every run (the generators are functions of the event number); the
-//! figures of a smoke run mean nothing.
+//! test of the harness that CI can afford (about a minute):
+//!
+//! ```text
+//! cargo test --locked --features fault-injection --bench e2e [-- --seed S] [--peers kafka-streams]
+//! ```
+//!
+//! 20,000 social-metrics events through every step (bare consumer,
+//! throughput, latency, recovery) with streamfold, one instance and two,
+//! then a small question-feed and distributed-counter run of streamfold.
+//! No peer unless `--peers` asks for one (tests/peers.rs runs the Kafka
+//! Streams peer; Quix Streams would come from PyPI). The events are
+//! those of `--seed` (0 by default): the same on every run. The figures
+//! of a smoke run mean nothing.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -90,7 +99,7 @@ use options::{Options, options};
 use report::{Row, median};
 use support::*;
 use systems::{Kind, Launch, StreamfoldRun};
-use workload::{Workload, loadgen, produce};
+use workload::{Input, Workload, loadgen, produce};
 
 /// CPU seconds of the children this process has waited for.
 fn children_cpu() -> f64 {
@@ -157,7 +166,13 @@ fn load_average() -> String {
 /// The repository's commit, for the table's heading.
 fn commit() -> String {
     std::process::Command::new("git")
-        .args(["-C", &repo().display().to_string(), "describe", "--always", "--dirty"])
+        .args([
+            "-C",
+            &repo().display().to_string(),
+            "describe",
+            "--always",
+            "--dirty",
+        ])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default()
@@ -244,7 +259,14 @@ fn systems(o: &Options, workload: Workload, dir: &Path) -> Vec<(Row, Box<dyn Fn(
 fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
     let started_load = load_average();
     let key_by_post = o.key_by_post && workload == Workload::SocialMetrics;
-    let (topic, records) = produce(workload, o.events, o.accounts, o.partitions, key_by_post);
+    let (topic, records) = produce(&Input {
+        workload,
+        events: o.events(workload),
+        keys: o.accounts,
+        partitions: o.partitions,
+        key_by_post,
+        seed: o.seed,
+    });
     let mut bare = Row {
         label: "bare rdkafka consumer (assign, no group), librdkafka defaults".into(),
         ..Row::default()
@@ -256,11 +278,17 @@ fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
     let mut systems = systems(o, workload, dir);
 
     for run in 0..o.repeat {
-        eprintln!("{} run {run}, load average {}", workload.name(), load_average());
+        eprintln!(
+            "{} run {run}, load average {}",
+            workload.name(),
+            load_average()
+        );
         bare.runs.push(bare_run(&topic, records, &[]));
-        tuned
-            .runs
-            .push(bare_run(&topic, records, &["-X", "fetch.queue.backoff.ms=10"]));
+        tuned.runs.push(bare_run(
+            &topic,
+            records,
+            &["-X", "fetch.queue.backoff.ms=10"],
+        ));
         eprintln!(
             "bare consumer: {:.0} records/s (defaults), {:.0} records/s (fetch.queue.backoff.ms=10)",
             bare.runs[run].rate(),
@@ -274,18 +302,11 @@ fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
 
     if o.latency && workload == Workload::SocialMetrics {
         for run in 0..o.repeat {
-            for (row, launch) in systems
-                .iter_mut()
-                .filter(|(row, _)| {
-                    row.exactly_once && !row.several_instances && row.kind != Some(Kind::Quix)
-                })
-            {
-                let l = latency::latencies(
-                    |topic: &str| launch(topic),
-                    o.warmup_bursts,
-                    o.bursts,
-                    dir,
-                );
+            for (row, launch) in systems.iter_mut().filter(|(row, _)| {
+                row.exactly_once && !row.several_instances && row.kind != Some(Kind::Quix)
+            }) {
+                let l =
+                    latency::latencies(|topic: &str| launch(topic), o.warmup_bursts, o.bursts, dir);
                 let (p50, p99) = (latency::percentile(&l, 0.5), latency::percentile(&l, 0.99));
                 eprintln!(
                     "latency run {run}, {}: {} folds, p50 {p50:.0} ms, p99 {p99:.0} ms",
@@ -330,13 +351,18 @@ fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
         Workload::DistributedCounter => "counters",
     };
     println!(
-        "\n{}: {records} records ({} events over {} {keys}), {} partitions; commit {}, {} profile; medians of {} runs (min–max); load average {} at the start, {} at the end\n",
+        "\n{}: {records} records ({} events over {} {keys}, seed {}), {} partitions; commit {}, {} profile; medians of {} runs (min–max); load average {} at the start, {} at the end\n",
         workload.name(),
-        o.events,
+        o.events(workload),
         o.accounts,
+        o.seed,
         o.partitions,
         commit(),
-        if cfg!(debug_assertions) { "dev" } else { "release" },
+        if cfg!(debug_assertions) {
+            "dev"
+        } else {
+            "release"
+        },
         o.repeat,
         started_load,
         load_average(),

@@ -10,9 +10,14 @@ pub struct Options {
     pub workloads: Vec<Workload>,
     /// Distinct events per workload (some workloads send copies too).
     pub events: u64,
+    /// Per-workload exceptions to `events` (`--events question-feed=N`).
+    pub events_of: Vec<(Workload, u64)>,
     /// Keys the events are spread over (accounts, questions, counters).
     pub accounts: u64,
     pub partitions: i32,
+    /// The generators' stretch (`streamfold-loadgen produce --seed`): the
+    /// same seed, the same events.
+    pub seed: u32,
     /// social-metrics' events keyed by post instead of account
     /// (`--keyed-by post`), so streamfold re-keys them too.
     pub key_by_post: bool,
@@ -45,6 +50,17 @@ pub struct Options {
     pub recovery: bool,
 }
 
+impl Options {
+    /// Distinct events of `workload`.
+    pub fn events(&self, workload: Workload) -> u64 {
+        self.events_of
+            .iter()
+            .rev()
+            .find(|(w, _)| *w == workload)
+            .map_or(self.events, |&(_, n)| n)
+    }
+}
+
 pub fn options() -> Options {
     let args: Vec<String> = std::env::args().collect();
     let benchmarking = args.iter().any(|a| a == "--bench");
@@ -53,8 +69,10 @@ pub fn options() -> Options {
             smoke: false,
             workloads: vec![Workload::SocialMetrics],
             events: 2_000_000,
+            events_of: Vec::new(),
             accounts: 1_000,
             partitions: 4,
+            seed: 0,
             key_by_post: false,
             repeat: 3,
             bursts: 200,
@@ -75,16 +93,19 @@ pub fn options() -> Options {
             smoke: true,
             workloads: vec![Workload::SocialMetrics],
             events: 20_000,
+            events_of: Vec::new(),
             accounts: 100,
             partitions: 4,
+            seed: 0,
             key_by_post: false,
             repeat: 1,
             bursts: 10,
             warmup_bursts: 5,
-            // The peer is built and run on a small input, so the harness's
-            // path through it is tested; Quix Streams would be installed
-            // from PyPI first, so it runs only when asked for.
-            kafka_streams: true,
+            // The peers run only when asked for (`--peers kafka-streams`):
+            // the JVM's start and warm-up would take most of the smoke
+            // run's time, and tests/peers.rs already runs the Kafka
+            // Streams peer; Quix Streams would be installed from PyPI.
+            kafka_streams: false,
             quix: false,
             threads: vec![None],
             // Two instances go through the several-instances path.
@@ -109,12 +130,24 @@ pub fn options() -> Options {
     while i < args.len() {
         let value = args.get(i + 1).cloned().unwrap_or_default();
         match args[i].as_str() {
-            "--events" => o.events = value.parse().expect("--events N"),
+            // `--events N` for every workload, or per workload:
+            // `--events social-metrics=2000000,question-feed=300000`.
+            "--events" => {
+                for item in list(&value) {
+                    match item.split_once('=') {
+                        Some((workload, n)) => o
+                            .events_of
+                            .push((Workload::parse(workload), n.parse().expect("--events W=N"))),
+                        None => o.events = item.parse().expect("--events N"),
+                    }
+                }
+            }
             "--workload" | "--workloads" => {
                 o.workloads = list(&value).iter().map(|w| Workload::parse(w)).collect();
             }
             "--accounts" => o.accounts = value.parse().expect("--accounts N"),
             "--partitions" => o.partitions = value.parse().expect("--partitions N"),
+            "--seed" => o.seed = value.parse().expect("--seed S"),
             "--keyed-by" => {
                 o.key_by_post = match value.as_str() {
                     "account" => false,
@@ -186,8 +219,7 @@ pub fn options() -> Options {
         i += 2;
     }
     assert!(
-        o.commit_intervals == [None]
-            || o.workloads.iter().all(|w| *w == Workload::SocialMetrics),
+        o.commit_intervals == [None] || o.workloads.iter().all(|w| *w == Workload::SocialMetrics),
         "--commit-intervals: social-metrics only (question-feed's topology fixes 100 ms)"
     );
     o

@@ -77,7 +77,11 @@ impl Workload {
     pub fn peer_topics(self, input: &str) -> (Vec<String>, String) {
         let outputs: &[&str] = match self {
             Workload::SocialMetrics => &["--output"],
-            Workload::QuestionFeed => &["--questions-topic", "--thanks-topic", "--other-events-topic"],
+            Workload::QuestionFeed => &[
+                "--questions-topic",
+                "--thanks-topic",
+                "--other-events-topic",
+            ],
             Workload::DistributedCounter => panic!("no Kafka Streams peer for distributed-counter"),
         };
         let mut args = vec![
@@ -102,18 +106,31 @@ pub fn loadgen() -> Command {
     command
 }
 
-/// Produces `events` of `workload` over `keys` keys to a new topic of
-/// `partitions` (social-metrics' keyed by post when `key_by_post`);
-/// returns the topic and the records it holds (copies
-/// included): what every system reads. The events are the same on every
-/// run: the generators are functions of the event number.
-pub fn produce(
-    workload: Workload,
-    events: u64,
-    keys: u64,
-    partitions: i32,
-    key_by_post: bool,
-) -> (String, u64) {
+/// What [`produce`] sends.
+pub struct Input {
+    pub workload: Workload,
+    pub events: u64,
+    pub keys: u64,
+    pub partitions: i32,
+    /// social-metrics' events keyed by post.
+    pub key_by_post: bool,
+    /// The generators' stretch (`streamfold-loadgen produce --seed`).
+    pub seed: u32,
+}
+
+/// Produces `input` to a new topic; returns the topic and the records it
+/// holds (copies included): what every system reads. The events are the
+/// same on every run of a seed: the generators are functions of the
+/// event number.
+pub fn produce(input: &Input) -> (String, u64) {
+    let &Input {
+        workload,
+        events,
+        keys,
+        partitions,
+        key_by_post,
+        seed,
+    } = input;
     let topic = unique("bench-input");
     create_topic(&topic, partitions);
     if workload == Workload::DistributedCounter {
@@ -124,6 +141,7 @@ pub fn produce(
         .args(["--partitions", &partitions.to_string()])
         .args(["--events", &events.to_string()])
         .args(["--accounts", &keys.to_string(), "--json"])
+        .args(["--seed", &seed.to_string()])
         .args(key_by_post.then_some("--key-by-post"))
         .stderr(std::process::Stdio::inherit())
         .output()
