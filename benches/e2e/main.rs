@@ -5,7 +5,8 @@
 //! cargo bench --bench e2e -- [--peers kafka-streams,quix] [--workloads social-metrics,question-feed]
 //!                             [--events N | --events W=N[,W=N…]] [--accounts A] [--partitions P] [--keyed-by account|post]
 //!                             [--seed S] [--repeat R]
-//!                             [--bursts B] [--warmup-bursts W] [--no-latency] [--no-recovery]
+//!                             [--bursts B] [--warmup-bursts W] [--no-latency]
+//!                             [--no-recovery | --recovery-workloads W[,W…]]
 //!                             [--guarantees exactly_once[,at_least_once]]
 //!                             [--commit-intervals D[,D…]] [--quix-commit-interval D]
 //!                             [--threads T[,T…]] [--instances I[,I…]]
@@ -319,7 +320,7 @@ fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
         }
     }
 
-    if o.recovery {
+    if o.recovery_on(workload) {
         for run in 0..o.repeat {
             // One row per system: exactly-once, one instance, the first
             // commit interval.

@@ -46,11 +46,20 @@ pub struct Options {
     pub quix_commit_interval: String,
     /// Measure latency (social-metrics).
     pub latency: bool,
-    /// Measure restore and catch-up after a kill -9 with the state wiped.
+    /// Measure restore and catch-up after a kill -9 with the state wiped
+    /// (`--no-recovery`: never).
     pub recovery: bool,
+    /// Only on these workloads (`--recovery-workloads`; none: on each).
+    pub recovery_workloads: Vec<Workload>,
 }
 
 impl Options {
+    /// Whether recovery is measured on `workload`.
+    pub fn recovery_on(&self, workload: Workload) -> bool {
+        self.recovery
+            && (self.recovery_workloads.is_empty() || self.recovery_workloads.contains(&workload))
+    }
+
     /// Distinct events of `workload`.
     pub fn events(&self, workload: Workload) -> u64 {
         self.events_of
@@ -87,6 +96,7 @@ pub fn options() -> Options {
             quix_commit_interval: "5s".into(),
             latency: true,
             recovery: true,
+            recovery_workloads: Vec::new(),
         }
     } else {
         Options {
@@ -117,6 +127,7 @@ pub fn options() -> Options {
             quix_commit_interval: "5s".into(),
             latency: true,
             recovery: true,
+            recovery_workloads: Vec::new(),
         }
     };
     let list = |value: &str| -> Vec<String> {
@@ -174,6 +185,9 @@ pub fn options() -> Options {
                 o.latency = false;
                 i += 1;
                 continue;
+            }
+            "--recovery-workloads" => {
+                o.recovery_workloads = list(&value).iter().map(|w| Workload::parse(w)).collect();
             }
             "--no-recovery" => {
                 o.recovery = false;
