@@ -179,10 +179,13 @@ fn commit() -> String {
         .unwrap_or_default()
 }
 
+/// How to make a fresh application of one system over a topic.
+type Launcher = Box<dyn Fn(&str) -> Launch>;
+
 /// Every system measured on `workload`, each with a fresh application
-/// per run: (row, how to make an application over a topic).
-fn systems(o: &Options, workload: Workload, dir: &Path) -> Vec<(Row, Box<dyn Fn(&str) -> Launch>)> {
-    let mut out: Vec<(Row, Box<dyn Fn(&str) -> Launch>)> = Vec::new();
+/// per run.
+fn systems(o: &Options, workload: Workload, dir: &Path) -> Vec<(Row, Launcher)> {
+    let mut out: Vec<(Row, Launcher)> = Vec::new();
     for interval in &o.commit_intervals {
         for guarantee in &o.guarantees {
             for &threads in &o.threads {
