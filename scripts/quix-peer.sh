@@ -6,7 +6,7 @@
 #
 #   scripts/quix-peer.sh --install-only
 #   scripts/quix-peer.sh --bootstrap-servers 127.0.0.1:9092 --topic t --output o \
-#     --group g --state-dir /tmp/quix --limit 300000
+#     --group g --state-dir /tmp/quix [--limit 300000] [--commit-interval 0.1]
 set -euo pipefail
 
 version=${QUIX_VERSION:-3.28.1}

@@ -118,6 +118,16 @@ enum Command {
         /// (1 interleaves accounts).
         #[arg(long, default_value_t = 1)]
         run: u64,
+        /// Key post-metric events by their post instead of their account,
+        /// so a fold by account re-keys them (social-metrics only).
+        #[arg(long)]
+        key_by_post: bool,
+        /// Which stretch of the generators' sequence to send: seed `s`
+        /// sends events `s × 2³²` onwards, so two seeds never send the
+        /// same event and one seed always sends the same events. 0 is the
+        /// sequence the Kafka Streams peer's `Check produce` sends.
+        #[arg(long, default_value_t = 0)]
+        seed: u32,
         /// Also print the summary as JSON on stdout (`records`: every
         /// record sent, copies included).
         #[arg(long)]
@@ -218,10 +228,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             events,
             accounts,
             run,
+            key_by_post,
+            seed,
             json,
         } => {
-            if article && workload != Workload::SocialMetrics {
-                bail!("--article is social-metrics' example");
+            if (article || key_by_post) && workload != Workload::SocialMetrics {
+                bail!("--article and --key-by-post are social-metrics' options");
             }
             let events = Generated {
                 workload,
@@ -229,6 +241,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 events,
                 keys: accounts.max(1),
                 run: run.max(1),
+                key_by_post,
+                first: u64::from(seed) << 32,
             };
             produce(&base, &topic, partitions, &events, json)
         }
@@ -290,6 +304,10 @@ struct Generated {
     keys: u64,
     /// Events per account in a row (social-metrics).
     run: u64,
+    /// Keyed by post rather than account (social-metrics).
+    key_by_post: bool,
+    /// The number of the first generated event (the seed's stretch).
+    first: u64,
 }
 
 fn produce(
@@ -305,6 +323,8 @@ fn produce(
         events,
         keys: accounts,
         run,
+        key_by_post,
+        first,
     } = generated;
     ensure_topic(base, topic, partitions)?;
     let producer: BaseProducer = with_defaults(
@@ -349,20 +369,26 @@ fn produce(
     }
     match workload {
         Workload::SocialMetrics => {
-            for i in 0..events {
+            for i in first..first + events {
                 let account = (i / run) % accounts;
                 let account_id = format!("account_{account}");
+                let post_id = format!("post_{}", 1000 + i % 5000);
+                let key = if key_by_post {
+                    post_id.clone()
+                } else {
+                    account_id.clone()
+                };
                 let value = json!({
-                    "post_id": format!("post_{}", 1000 + i % 5000),
+                    "post_id": post_id,
                     "account_id": account_id,
                     "metrics": {example::METRICS[(i % 6) as usize]: i % 97},
                 });
-                send(&account_id, &value)?;
+                send(&key, &value)?;
             }
         }
         Workload::QuestionFeed => {
             let mut feed = QuestionFeed::default();
-            for i in 0..events {
+            for i in first..first + events {
                 let (key, value, copies) = feed.event(i, accounts);
                 for _ in 0..copies {
                     send(&key, &value)?;
@@ -376,14 +402,14 @@ fn produce(
             let start = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
-            for i in 0..events {
+            for i in first..first + events {
                 let r = mix(i);
                 let token = format!("token_{i}");
                 let value = json!({
                     "counter": format!("likes:post_{}", r % accounts),
                     "token": token,
                     "delta": 1 + (r >> 32) % 9,
-                    "event_time": start + i / 100,
+                    "event_time": start + (i - first) / 100,
                 });
                 send(&token, &value)?;
                 send(&token, &value)?;
