@@ -141,7 +141,21 @@ pub fn wait_for_sources(
     let admin: AdminClient<DefaultClientContext> = config.create()?;
     let gauge =
         metrics::gauge!(telemetry::MISSING_SOURCE_TOPICS, "topology" => topology.name.clone());
-    let mut existing = topic_partitions(&admin, &servers)?;
+    // The broker answered `verify`; one that stops answering right after
+    // (a restart) is waited for as `prepare_patiently` waits for it.
+    let deadline = Instant::now() + PREPARE_PATIENCE;
+    let mut existing = loop {
+        match topic_partitions(&admin, &servers) {
+            Ok(existing) => break existing,
+            Err(error) if Instant::now() < deadline => {
+                tracing::warn!(%error, "Cannot read the cluster metadata; trying again.");
+                if !nap_unless_stopped(shutdown) {
+                    return Ok(SourcesWait::Stopped);
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    };
     let started = Instant::now();
     let mut last_logged: Option<Instant> = None;
     loop {

@@ -224,7 +224,15 @@ pub(crate) fn refused_sources(
     topology: &Topology,
     topics: &[&str],
 ) -> Result<(), RuntimeError> {
-    let answers = describe(admin, Describe::Topics, topics)?;
+    // Only a refusal ends the wait; a broker that does not answer now is
+    // asked again at the next look.
+    let answers = match describe(admin, Describe::Topics, topics) {
+        Ok(answers) => answers,
+        Err(error) => {
+            tracing::debug!(%error, "Cannot ask about the missing source topics' permissions.");
+            return Ok(());
+        }
+    };
     let missing: Vec<String> = topology
         .sources
         .iter()
