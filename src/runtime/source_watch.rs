@@ -32,6 +32,9 @@ use super::RuntimeError;
 /// How often the watch compares the ids unasked.
 const INTERVAL: Duration = Duration::from_secs(10);
 
+/// How long startup asks for the ids of a cluster that does not answer.
+const STARTUP_PATIENCE: Duration = Duration::from_secs(60);
+
 /// How long one DescribeTopics request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -58,9 +61,23 @@ impl SourceWatch {
         topics: &[String],
     ) -> Result<SourceWatch, RuntimeError> {
         let client: BaseConsumer = settings.create()?;
-        let known = describe(&client, topics).map_err(|reason| {
-            RuntimeError::Startup(format!("cannot read the source topics' ids: {reason}"))
-        })?;
+        // A broker restarting during startup does not answer for a while:
+        // ask again, as the other startup checks do, before giving up.
+        let deadline = std::time::Instant::now() + STARTUP_PATIENCE;
+        let known = loop {
+            match describe(&client, topics) {
+                Ok(known) => break known,
+                Err(reason) if std::time::Instant::now() < deadline => {
+                    tracing::warn!(%reason, "Cannot read the source topics' ids yet; retrying.");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                Err(reason) => {
+                    return Err(RuntimeError::Startup(format!(
+                        "cannot read the source topics' ids: {reason}"
+                    )));
+                }
+            }
+        };
         let mut baseline = BTreeMap::new();
         for topic in topics {
             match known.get(topic) {
