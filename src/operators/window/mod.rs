@@ -258,14 +258,12 @@ impl WindowConfig {
         }
         for field in refuses {
             if value(field).is_some() {
-                let what = match *field {
-                    "advance" => "`advance` applies to `hopping` windows",
-                    "gap" => "`gap` applies to `session` windows",
-                    _ => {
-                        "`size` applies to `tumbling`, `hopping` and `sliding` windows; a session's length follows its records (set `gap`)"
-                    }
+                let message = match *field {
+                    "advance" => format!("`advance` applies to `hopping` windows, not `{kind}`"),
+                    "gap" => format!("`gap` applies to `session` windows, not `{kind}`"),
+                    _ => "a session window has no `size`: its length follows its records (`gap` sets the inactivity gap)".to_string(),
                 };
-                issues.push(Issue::new(&[field], format!("{what}, not `{kind}`")));
+                issues.push(Issue::new(&[field], message));
             }
         }
         if let (WindowKind::Hopping, Some(size), Some(advance)) =

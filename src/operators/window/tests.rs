@@ -295,7 +295,7 @@ fn check_explains_every_misuse_of_the_window_options() {
     assert_eq!(
         issues(json!({"window": "session", "gap": "1m", "size": "5m"})),
         vec![
-            "size: `size` applies to `tumbling`, `hopping` and `sliding` windows; a session's length follows its records (set `gap`), not `session`"
+            "size: a session window has no `size`: its length follows its records (`gap` sets the inactivity gap)"
         ]
     );
     assert_eq!(
