@@ -132,3 +132,37 @@ fn window_counters_say_what_happened_to_every_record() {
     assert_eq!(node.get(NodeCounter::Dropped), 0);
     assert_eq!(node.dead_letters(DeadLetterReason::Rejected), 1);
 }
+
+#[test]
+fn the_schema_documents_every_window_field() {
+    let output = Command::new(env!("CARGO_BIN_EXE_streamfold"))
+        .arg("schema")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let schema: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let variants = schema["$defs"]["NodeConfig"]["oneOf"].as_array().unwrap();
+    let window = variants
+        .iter()
+        .find(|v| v["properties"]["type"]["const"] == "window")
+        .map(|v| &v["properties"])
+        .expect("a `window` variant");
+    for field in [
+        "window",
+        "size",
+        "advance",
+        "gap",
+        "grace",
+        "retention",
+        "emit",
+        "on_late",
+        "fields",
+        "key_field",
+    ] {
+        let description = window[field]["description"].as_str().unwrap_or_default();
+        assert!(
+            !description.is_empty(),
+            "window `{field}` has no description:\n{window}"
+        );
+    }
+}

@@ -108,7 +108,7 @@ pub struct WindowConfig {
     pub(crate) grace: Option<HumanDuration>,
     /// How long a window's state is kept, counted from its start (sessions:
     /// from their last record). At least `size + grace` (`gap + grace`),
-    /// the default. Longer keeps closed windows queryable.
+    /// the default. Longer keeps closed windows in the state.
     #[serde(default)]
     pub(crate) retention: Option<HumanDuration>,
     /// When a window is emitted: `on_close` (default; once, its final
@@ -349,19 +349,6 @@ impl WindowConfig {
 }
 
 impl OperatorSpec for WindowConfig {
-    /// Time and session windows by key and start; sliding windows are
-    /// assembled at emission and have no per-window entry to serve.
-    fn queryable_store(&self) -> Option<&'static str> {
-        match self.window {
-            WindowKind::Sliding => None,
-            _ => Some("windows"),
-        }
-    }
-
-    fn query_view(&self, stored: serde_json::Value) -> serde_json::Value {
-        run::query_view(&self.fields, stored)
-    }
-
     fn stores(&self) -> &'static [&'static str] {
         match self.window {
             WindowKind::Sliding => &["buckets"],

@@ -144,22 +144,6 @@ fn combine(earlier: &mut [Acc], later: &[Acc], fields: &[(String, FieldRule)]) {
     }
 }
 
-/// How a stored window reads over HTTP: its window, its record count and
-/// its fields' values.
-pub(crate) fn query_view(fields: &indexmap::IndexMap<String, FieldRule>, stored: Value) -> Value {
-    let Ok(slot) = serde_json::from_value::<Slot>(stored.clone()) else {
-        return stored;
-    };
-    let mut out = Map::new();
-    out.insert("window_start".into(), rfc3339_millis(slot.start).into());
-    out.insert("window_end".into(), rfc3339_millis(slot.end).into());
-    out.insert("records".into(), slot.records.into());
-    for (name, acc) in fields.keys().zip(&slot.acc) {
-        out.insert(name.clone(), acc.to_value());
-    }
-    Value::Object(out)
-}
-
 impl Window {
     pub(crate) fn new(
         shape: Shape,
