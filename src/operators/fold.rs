@@ -168,7 +168,7 @@ pub(crate) enum MergeRule {
 }
 
 impl MergeRule {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             MergeRule::Set => "set",
             MergeRule::KeyUnion => "key_union",
@@ -423,7 +423,7 @@ pub(crate) enum Sum {
 }
 
 impl Sum {
-    fn add(self, n: &Number) -> Sum {
+    pub(crate) fn add(self, n: &Number) -> Sum {
         match (self, n.as_i64()) {
             (Sum::Int(a), Some(b)) => match a.checked_add(b) {
                 Some(s) => Sum::Int(s),
@@ -434,7 +434,7 @@ impl Sum {
         }
     }
 
-    fn to_value(self) -> Value {
+    pub(crate) fn to_value(self) -> Value {
         match self {
             Sum::Int(i) => Value::from(i),
             Sum::Float(f) => Number::from_f64(f).map_or(Value::Null, Value::Number),
@@ -443,7 +443,7 @@ impl Sum {
 }
 
 impl Acc {
-    fn empty(rule: MergeRule) -> Acc {
+    pub(crate) fn empty(rule: MergeRule) -> Acc {
         match rule {
             MergeRule::Set => Acc::Set(Vec::new()),
             MergeRule::KeyUnion => Acc::Keys(Vec::new()),
@@ -459,7 +459,7 @@ impl Acc {
 
     /// Merges one event's value (`None`: the event lacks the field);
     /// returns how much [`Acc::content_bytes`] changed.
-    fn merge(&mut self, value: Option<&Value>, max_len: usize) -> i64 {
+    pub(crate) fn merge(&mut self, value: Option<&Value>, max_len: usize) -> i64 {
         let len = |v: &Value| json_len(v) as i64;
         match self {
             Acc::Count(n) => {
@@ -579,7 +579,7 @@ impl Acc {
         }
     }
 
-    fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         match self {
             Acc::Set(set) => Value::Array(set.clone()),
             Acc::Keys(keys) => Value::Array(keys.iter().cloned().map(Value::String).collect()),
@@ -711,7 +711,7 @@ fn content_bytes(acc: &[Acc]) -> u64 {
 /// What `rule` takes from an event whose value at `from` is `found`: that
 /// value (null counts as absent), or, for `count` without `from`, a marker
 /// for "this event".
-fn contribution<'v>(rule: &FieldRule, found: Option<&'v Value>) -> Option<&'v Value> {
+pub(crate) fn contribution<'v>(rule: &FieldRule, found: Option<&'v Value>) -> Option<&'v Value> {
     static EVENT: Value = Value::Null;
     match &rule.from {
         None if rule.rule == MergeRule::Count => Some(&EVENT),
@@ -722,7 +722,7 @@ fn contribution<'v>(rule: &FieldRule, found: Option<&'v Value>) -> Option<&'v Va
 
 /// Checks that `value` suits `rule`, so a bad event is rejected before it
 /// changes anything.
-fn check(rule: MergeRule, pointer: &JsonPointer, value: &Value) -> Result<(), String> {
+pub(crate) fn check(rule: MergeRule, pointer: &JsonPointer, value: &Value) -> Result<(), String> {
     let wanted = match rule {
         MergeRule::Sum if !value.is_number() => "a number",
         MergeRule::KeyUnion if !value.is_object() => "an object",

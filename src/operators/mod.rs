@@ -22,6 +22,7 @@ pub(crate) mod rollup;
 pub(crate) mod route;
 #[cfg(test)]
 mod testing;
+pub(crate) mod window;
 
 pub(crate) use registry::OperatorSpec;
 pub use registry::{Issue, NodeInfo, NodeKind};

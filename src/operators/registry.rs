@@ -102,6 +102,9 @@ operators! {
     /// Netflix's distributed counter: idempotent counter events rolled up
     /// over immutable windows into checkpoints.
     Rollup(rollup::RollupConfig) = "rollup",
+    /// Aggregate each key's records per event-time window (tumbling,
+    /// hopping, sliding or session) with the fold's merge rules.
+    Window(window::WindowConfig) = "window",
     /// Keep the records a jq condition holds for.
     Filter(filter::FilterConfig) = "filter",
     /// Reshape each record with a jq expression.

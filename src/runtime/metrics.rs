@@ -261,6 +261,10 @@ sinks:
                 "partitioned-processing.yaml",
                 include_str!("../../topologies/partitioned-processing.yaml"),
             ),
+            (
+                "page-views.yaml",
+                include_str!("../../topologies/page-views.yaml"),
+            ),
         ];
         let mut types = std::collections::BTreeSet::new();
         let mut exported = std::collections::BTreeSet::new();

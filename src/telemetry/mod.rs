@@ -76,6 +76,16 @@ pub(crate) const ROLLUP_ROLLUPS: &str = "streamfold_rollup_rollups_total";
 pub(crate) const ROLLUP_UNKNOWN_READS: &str = "streamfold_rollup_unknown_counter_reads_total";
 /// Counters waiting for a rollup (in circulation).
 pub(crate) const ROLLUP_QUEUED: &str = "streamfold_rollup_queued_counters";
+/// Records a `window` node refused because a window they belong to had
+/// closed (later than the grace period).
+pub(crate) const WINDOW_LATE: &str = "streamfold_window_late_records_total";
+/// Windows a `window` node closed and emitted as final results.
+pub(crate) const WINDOW_CLOSED: &str = "streamfold_window_closed_windows_total";
+/// Windows (or sliding-window buckets) whose state a `window` node deleted
+/// once their retention ended.
+pub(crate) const WINDOW_EXPIRED: &str = "streamfold_window_expired_windows_total";
+/// Sessions merged into another by a record filling the gap between them.
+pub(crate) const WINDOW_SESSION_MERGES: &str = "streamfold_window_session_merges_total";
 /// Records a `filter` node did not keep.
 pub(crate) const FILTER_REJECTED: &str = "streamfold_filter_rejected_records_total";
 /// Records for which a `map` expression produced no value.
@@ -139,6 +149,10 @@ slots! {
         RollupLate => ROLLUP_LATE,
         RollupRollups => ROLLUP_ROLLUPS,
         RollupUnknownReads => ROLLUP_UNKNOWN_READS,
+        WindowLate => WINDOW_LATE,
+        WindowClosed => WINDOW_CLOSED,
+        WindowExpired => WINDOW_EXPIRED,
+        WindowSessionMerges => WINDOW_SESSION_MERGES,
         FilterRejected => FILTER_REJECTED,
         MapEmpty => MAP_EMPTY,
         RouteUnmatched => ROUTE_UNMATCHED,
