@@ -17,6 +17,7 @@ const LAYERS: &[&str] = &[
     "task",
     "testkit",
     "runtime",
+    "exit_code",
 ];
 
 #[test]
