@@ -38,7 +38,8 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
         kind = m["target"]["kind"][0]
-        name = m["target"]["name"] if kind in ("test", "bench") else m["target"]["name"] + "-" + kind
+        name = m["target"]["name"]
+        name = {"test": name, "bench": "bench-" + name}.get(kind, name + "-" + kind)
         print(name, m["executable"])
 ' >"$logs/binaries"
 
