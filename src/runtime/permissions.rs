@@ -32,7 +32,7 @@ use rdkafka::admin::AdminClient;
 use rdkafka::bindings as rdsys;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::RuntimeError;
 use crate::topology::{InternalKind, Topology};
@@ -450,6 +450,22 @@ fn describe(
         };
         let code = rdsys::rd_kafka_event_error(event.0.as_ptr());
         if code != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            // A broker that did not answer (restarting, unreachable for a
+            // moment) is asked again by the startup checks; anything else
+            // ends them with the reason.
+            let kind = RDKafkaErrorCode::from(code);
+            if matches!(
+                kind,
+                RDKafkaErrorCode::OperationTimedOut
+                    | RDKafkaErrorCode::RequestTimedOut
+                    | RDKafkaErrorCode::BrokerTransportFailure
+                    | RDKafkaErrorCode::AllBrokersDown
+                    | RDKafkaErrorCode::NetworkException
+                    | RDKafkaErrorCode::NotController
+                    | RDKafkaErrorCode::LeaderNotAvailable
+            ) {
+                return Err(RuntimeError::Kafka(KafkaError::AdminOp(kind)));
+            }
             let why = text(rdsys::rd_kafka_event_error_string(event.0.as_ptr()));
             return Err(failed(why));
         }
