@@ -205,12 +205,18 @@ fn describe(
         let queue = Owned::new(rdsys::rd_kafka_queue_new(rk), rdsys::rd_kafka_queue_destroy)
             .ok_or("cannot create a queue")?;
         rdsys::rd_kafka_DescribeTopics(rk, collection.ptr(), options.ptr(), queue.ptr());
-        // The request times out on its own; the poll waits a little longer.
-        let event = Owned::new(
-            rdsys::rd_kafka_queue_poll(queue.ptr(), millis + 5_000),
-            rdsys::rd_kafka_event_destroy,
-        )
-        .ok_or("no answer")?;
+        // The request times out on its own and is then answered with that
+        // error: wait for the answer, whatever it is (a queue destroyed
+        // while its request is outstanding trips an assertion in
+        // librdkafka 2.12 when the request later times out).
+        let event = loop {
+            if let Some(event) = Owned::new(
+                rdsys::rd_kafka_queue_poll(queue.ptr(), millis + 5_000),
+                rdsys::rd_kafka_event_destroy,
+            ) {
+                break event;
+            }
+        };
         if rdsys::rd_kafka_event_type(event.ptr()) != rdsys::RD_KAFKA_EVENT_DESCRIBETOPICS_RESULT {
             return Err("an unexpected answer".into());
         }
