@@ -417,10 +417,12 @@ struct Committed {
 
 fn committed(broker: &SecureBroker, names: &Names) -> Committed {
     let client = broker.admin_client();
-    let folded = read_to_end_on(&client, &names.folded, Duration::from_secs(60))
+    // Partitions are read in no set order.
+    let mut folded: Vec<_> = read_to_end_on(&client, &names.folded, Duration::from_secs(60))
         .iter()
         .map(|r| (r.partition, r.offset, r.key.clone()))
         .collect();
+    folded.sort();
     Committed {
         folded,
         dead_letters: read_to_end_on(&client, &names.dlq, Duration::from_secs(60)).len(),
