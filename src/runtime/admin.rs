@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::RuntimeError;
@@ -247,7 +248,11 @@ fn is_transient(error: &RuntimeError) -> bool {
     match error {
         RuntimeError::Unreachable { .. } => true,
         RuntimeError::Kafka(e) => matches!(
-            e.rdkafka_error_code(),
+            match e {
+                // rdkafka gives no code for an admin operation's error.
+                KafkaError::AdminOp(code) => Some(*code),
+                e => e.rdkafka_error_code(),
+            },
             Some(
                 RDKafkaErrorCode::BrokerTransportFailure
                     | RDKafkaErrorCode::AllBrokersDown
@@ -568,4 +573,33 @@ pub(crate) fn refuse_uncompacted_changelogs(
          --entity-name <topic> --add-config cleanup.policy=compact` and start again.",
         refused.join(", ")
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broker_that_does_not_answer_an_admin_request_is_asked_again() {
+        for code in [
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::AllBrokersDown,
+            RDKafkaErrorCode::RequestTimedOut,
+        ] {
+            assert!(is_transient(&RuntimeError::Kafka(KafkaError::AdminOp(code))));
+            assert!(is_transient(&RuntimeError::Kafka(KafkaError::MetadataFetch(code))));
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_not_asked_again() {
+        for code in [
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+            RDKafkaErrorCode::ClusterAuthorizationFailed,
+            RDKafkaErrorCode::InvalidConfig,
+        ] {
+            assert!(!is_transient(&RuntimeError::Kafka(KafkaError::AdminOp(code))));
+        }
+        assert!(!is_transient(&RuntimeError::Startup("no".into())));
+    }
 }
