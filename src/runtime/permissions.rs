@@ -153,9 +153,9 @@ pub(crate) fn check(
         .filter(|n| n.kind == "group")
         .map(|n| n.name.as_str())
         .collect();
-    let mut allowed = describe(admin, Describe::Topics, &topics)?;
+    let mut allowed = describe(admin, Describe::Topics, &topics, ANSWER_TIMEOUT)?;
     allowed.extend(
-        describe(admin, Describe::Groups, &groups)?
+        describe(admin, Describe::Groups, &groups, ANSWER_TIMEOUT)?
             .into_iter()
             .map(|(name, ops)| (format!("group {name}"), ops)),
     );
@@ -183,7 +183,7 @@ pub(crate) fn check(
                 .filter(|o| !ops.contains(&o.acl()))
                 .map(|o| o.name())
                 .collect(),
-            Allowed::Unknown => continue,
+            Allowed::Unknown | Allowed::Unanswered(_) => continue,
         };
         if !lacking.is_empty() {
             missing.push(format!(
@@ -226,7 +226,7 @@ pub(crate) fn refused_sources(
 ) -> Result<(), RuntimeError> {
     // Only a refusal ends the wait; a broker that does not answer now is
     // asked again at the next look.
-    let answers = match describe(admin, Describe::Topics, topics) {
+    let answers = match describe(admin, Describe::Topics, topics, ANSWER_TIMEOUT) {
         Ok(answers) => answers,
         Err(error) => {
             tracing::debug!(%error, "Cannot ask about the missing source topics' permissions.");
@@ -308,6 +308,26 @@ enum Allowed {
     /// The broker did not say (no authorized operations in its answer, or
     /// another error).
     Unknown,
+    /// Not answered in time: asked again by the startup checks.
+    Unanswered(RDKafkaErrorCode),
+}
+
+/// Whether `code` says the broker did not answer (restarting, unreachable
+/// for a moment) rather than what it allows.
+fn unanswered(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::OperationTimedOut
+            | RDKafkaErrorCode::RequestTimedOut
+            | RDKafkaErrorCode::BrokerTransportFailure
+            | RDKafkaErrorCode::AllBrokersDown
+            | RDKafkaErrorCode::NetworkException
+            | RDKafkaErrorCode::NotController
+            | RDKafkaErrorCode::LeaderNotAvailable
+            | RDKafkaErrorCode::CoordinatorNotAvailable
+            | RDKafkaErrorCode::NotCoordinator
+            | RDKafkaErrorCode::CoordinatorLoadInProgress
+    )
 }
 
 #[derive(Clone, Copy)]
@@ -369,6 +389,7 @@ fn describe(
     admin: &AdminClient<DefaultClientContext>,
     what: Describe,
     names: &[&str],
+    timeout: Duration,
 ) -> Result<BTreeMap<String, Allowed>, RuntimeError> {
     let mut out = BTreeMap::new();
     if names.is_empty() {
@@ -400,7 +421,7 @@ fn describe(
         let mut errstr = [0 as c_char; 256];
         rdsys::rd_kafka_AdminOptions_set_request_timeout(
             options.0.as_ptr(),
-            ANSWER_TIMEOUT.as_millis() as i32,
+            timeout.as_millis() as i32,
             errstr.as_mut_ptr(),
             errstr.len(),
         );
@@ -433,7 +454,7 @@ fn describe(
                 queue.0.as_ptr(),
             ),
         }
-        // The request times out within ANSWER_TIMEOUT, and librdkafka then
+        // The request times out within `timeout`, and librdkafka then
         // answers with that error: wait for the answer, whatever it is. (A
         // queue destroyed while its request is outstanding trips an
         // assertion in librdkafka 2.12 when the request later times out.)
@@ -449,16 +470,7 @@ fn describe(
             // moment) is asked again by the startup checks; anything else
             // ends them with the reason.
             let kind = RDKafkaErrorCode::from(code);
-            if matches!(
-                kind,
-                RDKafkaErrorCode::OperationTimedOut
-                    | RDKafkaErrorCode::RequestTimedOut
-                    | RDKafkaErrorCode::BrokerTransportFailure
-                    | RDKafkaErrorCode::AllBrokersDown
-                    | RDKafkaErrorCode::NetworkException
-                    | RDKafkaErrorCode::NotController
-                    | RDKafkaErrorCode::LeaderNotAvailable
-            ) {
+            if unanswered(kind) {
                 return Err(RuntimeError::Kafka(KafkaError::AdminOp(kind)));
             }
             let why = text(rdsys::rd_kafka_event_error_string(event.0.as_ptr()));
@@ -497,6 +509,17 @@ fn describe(
         }
     }
     drop(pointers);
+    // A group's coordinator is asked apart from the others, and its
+    // timeout comes in the group's answer. Asked again with a new client:
+    // this one is dropped at once, as librdkafka 2.12 aborts the process
+    // when a coordinator it waited for comes back after the question
+    // timed out and the client is still there (vendor/README.md).
+    if let Some(kind) = out.values().find_map(|a| match a {
+        Allowed::Unanswered(kind) => Some(*kind),
+        _ => None,
+    }) {
+        return Err(RuntimeError::Kafka(KafkaError::AdminOp(kind)));
+    }
     Ok(out)
 }
 
@@ -518,6 +541,9 @@ unsafe fn allowed(
             Err::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
             | Err::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED => Allowed::Refused,
             Err::RD_KAFKA_RESP_ERR_NO_ERROR => Allowed::Unknown,
+            code if unanswered(RDKafkaErrorCode::from(code)) => {
+                Allowed::Unanswered(RDKafkaErrorCode::from(code))
+            }
             _ => {
                 // SAFETY: per the function's contract.
                 let why = unsafe { text(rdsys::rd_kafka_error_string(error)) };
@@ -552,6 +578,33 @@ unsafe fn allowed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A group whose coordinator does not answer is not taken for one
+    /// that allows everything unknown: the question fails, and the startup
+    /// checks ask it again.
+    #[test]
+    fn a_group_question_its_coordinator_does_not_answer_is_an_error_asked_again() {
+        let cluster = rdkafka::mocking::MockCluster::new(2).expect("a mock cluster");
+        let group = "a-group";
+        cluster
+            .coordinator(rdkafka::mocking::MockCoordinator::Group(group.into()), 2)
+            .expect("the group's coordinator");
+        cluster.broker_down(2).expect("the coordinator down");
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .create()
+            .expect("an admin client");
+        let answer = describe(&admin, Describe::Groups, &[group], Duration::from_secs(1));
+        assert!(
+            matches!(
+                answer,
+                Err(RuntimeError::Kafka(KafkaError::AdminOp(
+                    RDKafkaErrorCode::OperationTimedOut
+                )))
+            ),
+            "a question to a coordinator that is down times out: {answer:?}"
+        );
+    }
 
     #[test]
     fn the_needs_of_a_topology_name_each_topic_and_group_once() {
