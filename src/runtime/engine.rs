@@ -18,7 +18,7 @@
 //! replay their changelog tails ([`super::restore`]); then the task starts
 //! and its partitions resume.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -245,6 +245,7 @@ fn run_member(
             .iter()
             .map(|s| (s.config.topic.clone(), s.name.clone()))
             .collect(),
+        member_ids: Mutex::default(),
     };
     let consumer_config = config::consumer_config(topology, options);
     let verdict_wait = membership_verdict_wait(&consumer_config);
@@ -334,24 +335,19 @@ fn membership_verdict<C: ConsumerContext>(
 /// no instance ids to refuse, but its members carry their client id,
 /// `<app>-<instance id>`: another member with this instance's client id is
 /// a successor, which a new producer of this process would fence.
-fn replaced_in_group<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
+fn replaced_in_group(
+    consumer: &BaseConsumer<EngineContext>,
     group: &str,
     client_id: &str,
     wait: Duration,
 ) -> Option<String> {
-    // SAFETY: the handle is the live consumer's; librdkafka returns a copy
-    // of the member id (or null), which is freed with its allocator.
-    let own = unsafe {
-        let raw = rdkafka::bindings::rd_kafka_memberid(consumer.client().native_ptr());
-        if raw.is_null() {
-            String::new()
-        } else {
-            let id = std::ffi::CStr::from_ptr(raw).to_string_lossy().into_owned();
-            rdkafka::bindings::rd_kafka_mem_free(std::ptr::null_mut(), raw.cast());
-            id
-        }
-    };
+    let mut own = consumer
+        .context()
+        .member_ids
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    own.extend(member_id(consumer));
     let deadline = Instant::now() + wait;
     loop {
         if let Ok(groups) = consumer.fetch_group_list(Some(group), Duration::from_secs(5)) {
@@ -359,7 +355,7 @@ fn replaced_in_group<C: ConsumerContext>(
                 .groups()
                 .iter()
                 .flat_map(|g| g.members())
-                .find(|m| m.client_id() == client_id && m.id() != own)
+                .find(|m| m.client_id() == client_id && !own.contains(m.id()))
                 .map(|m| format!("member {} on {}", m.id(), m.client_host()));
             if successor.is_some() {
                 return successor;
@@ -370,6 +366,22 @@ fn replaced_in_group<C: ConsumerContext>(
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// The member id the group gave `consumer`, if it is a member.
+fn member_id<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<String> {
+    // SAFETY: the handle is the live consumer's; librdkafka returns a copy
+    // of the member id (or null), which is freed with its allocator.
+    let id = unsafe {
+        let raw = rdkafka::bindings::rd_kafka_memberid(consumer.client().native_ptr());
+        if raw.is_null() {
+            return None;
+        }
+        let id = std::ffi::CStr::from_ptr(raw).to_string_lossy().into_owned();
+        rdkafka::bindings::rd_kafka_mem_free(std::ptr::null_mut(), raw.cast());
+        id
+    };
+    (!id.is_empty()).then_some(id)
 }
 
 fn main_loop(
@@ -610,6 +622,11 @@ struct EngineContext {
     app: String,
     /// Source topic → source name, for lag metrics.
     sources: HashMap<String, String>,
+    /// Every member id the group gave this consumer, at each assignment: a
+    /// member the group still lists under an old one (a broker back from an
+    /// outage keeps it until its session expires) is this process, not a
+    /// successor.
+    member_ids: Mutex<HashSet<String>>,
 }
 
 impl EngineContext {
@@ -657,6 +674,12 @@ impl ConsumerContext for EngineContext {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                if let Some(id) = member_id(consumer) {
+                    self.member_ids
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id);
+                }
                 let tasks: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
                 let full = engine.partitions_of(&tasks);
                 let result = if cooperative {
