@@ -586,8 +586,12 @@ mod tests {
             RDKafkaErrorCode::AllBrokersDown,
             RDKafkaErrorCode::RequestTimedOut,
         ] {
-            assert!(is_transient(&RuntimeError::Kafka(KafkaError::AdminOp(code))));
-            assert!(is_transient(&RuntimeError::Kafka(KafkaError::MetadataFetch(code))));
+            assert!(is_transient(&RuntimeError::Kafka(KafkaError::AdminOp(
+                code
+            ))));
+            assert!(is_transient(&RuntimeError::Kafka(
+                KafkaError::MetadataFetch(code)
+            )));
         }
     }
 
@@ -598,7 +602,9 @@ mod tests {
             RDKafkaErrorCode::ClusterAuthorizationFailed,
             RDKafkaErrorCode::InvalidConfig,
         ] {
-            assert!(!is_transient(&RuntimeError::Kafka(KafkaError::AdminOp(code))));
+            assert!(!is_transient(&RuntimeError::Kafka(KafkaError::AdminOp(
+                code
+            ))));
         }
         assert!(!is_transient(&RuntimeError::Startup("no".into())));
     }
