@@ -94,7 +94,7 @@ enum Command {
         #[arg(long, hide = true)]
         txn_journal: Option<PathBuf>,
         /// Testing aid: inject faults into the commit cycle (and startup),
-        /// `<point>:<abort|kill|freeze|rewind|offsetless>[@n]`, repeated or comma-separated (points:
+        /// `<point>:<abort|fatal|kill|freeze|rewind|offsetless>[@n]`, repeated or comma-separated (points:
         /// begin, batch, sent, offsets, commit, acked, committed, restore, timers, prepare).
         #[cfg(feature = "fault-injection")]
         #[arg(long, hide = true, value_delimiter = ',')]

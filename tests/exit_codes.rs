@@ -359,3 +359,79 @@ fn a_fenced_instance_exits_5() {
     assert!(log.contains("this instance was fenced"), "{log}");
     successor.stop();
 }
+
+/// A producer that fails fatally is replaced: the tasks close, the process
+/// rejoins with a new producer, and nothing of the failed transactions is
+/// committed. A sixth failure within ten minutes ends the process with
+/// status 1 and says why; started again, it commits every record once.
+#[test]
+fn a_producer_that_keeps_failing_ends_the_process_after_five_rejoins() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app_name = unique("sf-budget");
+    let source = unique("events");
+    create_topic(&source, 1);
+    let path = write_topology(dir.path(), &app_name, &source, "");
+    let producer = TestProducer::new();
+    for i in 0..10 {
+        producer.send_json(
+            &source,
+            &format!("k{i}"),
+            &serde_json::json!({"keep": true, "i": i}),
+        );
+    }
+    producer.flush();
+    let mut failing = config(path.clone(), dir.path().join("state"));
+    failing.args = vec![
+        "--inject-fault".into(),
+        (1..=6)
+            .map(|n| format!("commit:fatal@{n}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    ];
+    let app = App::start(&failing, dir.path());
+    // A bound on a hang: six rejoins with their pauses (1 + … + 5 s) and
+    // the group checks between them.
+    let (status, log) = app.wait_exit(Duration::from_secs(240));
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("6 producer failures within 600 s"),
+        "the error says the budget is spent: {log}"
+    );
+    assert_eq!(
+        log.matches("The producer is unusable; closing the tasks and rejoining the group.")
+            .count(),
+        5,
+        "five rejoins before the end: {log}"
+    );
+    assert_eq!(
+        log.matches("Producer ready; joining the group.").count(),
+        6,
+        "a new producer for each membership: {log}"
+    );
+    let out = format!("{app_name}-out");
+    assert!(
+        read_to_end(&out, Duration::from_secs(60)).is_empty(),
+        "no failed transaction committed"
+    );
+
+    let app = App::start(&config(path, dir.path().join("state")), dir.path());
+    wait_committed_to(
+        &app,
+        &app_name,
+        &source,
+        &producer.ends(&source, 1),
+        Duration::from_secs(120),
+    );
+    app.stop();
+    let mut seen: Vec<i64> = read_to_end(&out, Duration::from_secs(60))
+        .iter()
+        .map(|r| {
+            let value: Value = serde_json::from_slice(r.payload.as_deref().unwrap_or_default())
+                .expect("a JSON record");
+            value["i"].as_i64().expect("the record's number")
+        })
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..10).collect::<Vec<_>>(), "every record once");
+}

@@ -1688,3 +1688,133 @@ fn a_commit_does_not_wait_out_the_producer_s_linger() {
     );
     app.stop();
 }
+
+/// The offsets `group` committed on `partition` of `topic`, or `None`
+/// while the broker does not give them (a transaction holding offsets of
+/// that partition is still open: "unstable offset").
+fn committed_on(group: &str, topic: &str, partition: i32) -> Option<i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = plain_client()
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut list = rdkafka::TopicPartitionList::new();
+    list.add_partition(topic, partition);
+    let committed = consumer
+        .committed_offsets(list, Duration::from_secs(2))
+        .ok()?;
+    match committed.elements().first()?.offset() {
+        rdkafka::Offset::Offset(o) => Some(o),
+        _ => None,
+    }
+}
+
+/// Tasks taken over from a member frozen inside a transaction that holds
+/// their offsets wait for that transaction to end (the broker withholds
+/// their committed offsets until then), and the member's other tasks go on
+/// meanwhile: the offsets are asked for on the processing loop, a short
+/// question each round, never in the rebalance callback, which would hold
+/// up every task of the instance.
+#[test]
+fn tasks_waiting_for_a_frozen_owners_transaction_do_not_hold_up_the_others() {
+    let _serial = serial();
+    let names = Names::new("unstable-offsets");
+    let accounts = 300;
+    let partitions = 4;
+    create_topic(&names.source, partitions);
+    let producer = TestProducer::new();
+    let dir = temp_dir();
+    let survivor = App::start(
+        &names.app("b", dir.path().join("state-b"), true),
+        dir.path(),
+    );
+    survivor.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == partitions as f64,
+    );
+
+    // A second member with a transaction timeout long enough to watch,
+    // frozen once it has sent the offsets of its first transaction.
+    let mut config = names.app("a", dir.path().join("state-a"), true);
+    let topology = std::fs::read_to_string(&config.topology).unwrap().replace(
+        "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n",
+        "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n  transaction_timeout: 150s\n",
+    );
+    assert!(topology.contains("transaction_timeout: 150s"));
+    config.topology = dir.path().join("long-transactions.yaml");
+    std::fs::write(&config.topology, topology).unwrap();
+    config
+        .args
+        .extend(["--inject-fault".into(), "offsets:freeze@1".into()]);
+    let frozen = App::start(&config, dir.path());
+    frozen.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n > 0.0,
+    );
+    produce_range(
+        &producer,
+        &names.source,
+        0..accounts * PER_ACCOUNT / 2,
+        accounts,
+    );
+    frozen.wait_frozen(Duration::from_secs(120));
+
+    // The survivor takes the frozen member's tasks once its session ends;
+    // their offsets stay withheld until its transaction times out.
+    produce_range(
+        &producer,
+        &names.source,
+        accounts * PER_ACCOUNT / 2..accounts * PER_ACCOUNT,
+        accounts,
+    );
+    let end = producer.ends(&names.source, partitions);
+    survivor.wait_log_lines(
+        "The committed offsets of new tasks are not available yet",
+        1,
+        Duration::from_secs(120),
+    );
+    // Well inside the transaction timeout: a partition still withheld at
+    // the end is waiting for the frozen transaction, not for its records.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let split = loop {
+        let committed: Vec<Option<i64>> = (0..partitions as i32)
+            .map(|p| committed_on(&names.app, &names.source, p))
+            .collect();
+        let done = committed
+            .iter()
+            .zip(&end)
+            .filter(|(c, e)| c.is_some_and(|c| c >= **e))
+            .count();
+        let withheld = committed.iter().filter(|c| c.is_none()).count();
+        if done > 0 && withheld > 0 {
+            break committed;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no partition committed to its end while others waited for the frozen transaction \
+             (committed {committed:?}, ends {end:?}); log:\n{}",
+            survivor.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    eprintln!("while the frozen transaction was open: committed {split:?}, ends {end:?}");
+
+    // Once the coordinator aborts the frozen transaction, every task runs.
+    wait_committed_to(
+        &survivor,
+        &names.app,
+        &names.source,
+        &end,
+        Duration::from_secs(300),
+    );
+    drop(frozen);
+    survivor.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+        n == 0.0
+    });
+    let outputs = read_to_end(&names.folded, Duration::from_secs(60));
+    assert_exact(&outputs, accounts);
+    survivor.stop();
+}

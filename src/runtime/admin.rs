@@ -247,24 +247,32 @@ fn nap_unless_stopped(shutdown: &AtomicBool) -> bool {
 fn is_transient(error: &RuntimeError) -> bool {
     match error {
         RuntimeError::Unreachable { .. } => true,
-        RuntimeError::Kafka(e) => matches!(
-            match e {
-                // rdkafka gives no code for an admin operation's error.
-                KafkaError::AdminOp(code) => Some(*code),
-                e => e.rdkafka_error_code(),
-            },
-            Some(
-                RDKafkaErrorCode::BrokerTransportFailure
-                    | RDKafkaErrorCode::AllBrokersDown
-                    | RDKafkaErrorCode::OperationTimedOut
-                    | RDKafkaErrorCode::RequestTimedOut
-                    | RDKafkaErrorCode::NetworkException
-                    | RDKafkaErrorCode::NotController
-                    | RDKafkaErrorCode::LeaderNotAvailable
-            )
-        ),
+        RuntimeError::Kafka(e) => match e {
+            // rdkafka gives no code for an admin operation's error.
+            KafkaError::AdminOp(code) => unanswered(*code),
+            e => e.rdkafka_error_code().is_some_and(unanswered),
+        },
         _ => false,
     }
+}
+
+/// Whether `code` says the broker did not answer now (down, restarting,
+/// unreachable for a moment, a coordinator or controller moving or
+/// loading) rather than what it refuses.
+pub(crate) fn unanswered(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::BrokerTransportFailure
+            | RDKafkaErrorCode::AllBrokersDown
+            | RDKafkaErrorCode::OperationTimedOut
+            | RDKafkaErrorCode::RequestTimedOut
+            | RDKafkaErrorCode::NetworkException
+            | RDKafkaErrorCode::NotController
+            | RDKafkaErrorCode::LeaderNotAvailable
+            | RDKafkaErrorCode::CoordinatorNotAvailable
+            | RDKafkaErrorCode::NotCoordinator
+            | RDKafkaErrorCode::CoordinatorLoadInProgress
+    )
 }
 
 /// Checks the cluster and creates what is missing. Missing source topics
@@ -585,6 +593,8 @@ mod tests {
             RDKafkaErrorCode::BrokerTransportFailure,
             RDKafkaErrorCode::AllBrokersDown,
             RDKafkaErrorCode::RequestTimedOut,
+            RDKafkaErrorCode::NotCoordinator,
+            RDKafkaErrorCode::CoordinatorLoadInProgress,
         ] {
             assert!(is_transient(&RuntimeError::Kafka(KafkaError::AdminOp(
                 code

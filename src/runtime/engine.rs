@@ -1030,7 +1030,11 @@ impl Engine {
                 Some(slot) => slot.cursor.changelog_offsets.0.clone(),
                 None => continue,
             };
-            let out_of_range = match self.restorer.out_of_range(task, &saved) {
+            let out_of_range = match self.restorer.out_of_range(
+                task,
+                &saved,
+                Duration::from_millis(500),
+            ) {
                 Ok(out_of_range) => out_of_range,
                 // The broker did not answer (restarting, overloaded): this
                 // task waits for the next round; the others go on.

@@ -312,24 +312,6 @@ enum Allowed {
     Unanswered(RDKafkaErrorCode),
 }
 
-/// Whether `code` says the broker did not answer (restarting, unreachable
-/// for a moment) rather than what it allows.
-fn unanswered(code: RDKafkaErrorCode) -> bool {
-    matches!(
-        code,
-        RDKafkaErrorCode::OperationTimedOut
-            | RDKafkaErrorCode::RequestTimedOut
-            | RDKafkaErrorCode::BrokerTransportFailure
-            | RDKafkaErrorCode::AllBrokersDown
-            | RDKafkaErrorCode::NetworkException
-            | RDKafkaErrorCode::NotController
-            | RDKafkaErrorCode::LeaderNotAvailable
-            | RDKafkaErrorCode::CoordinatorNotAvailable
-            | RDKafkaErrorCode::NotCoordinator
-            | RDKafkaErrorCode::CoordinatorLoadInProgress
-    )
-}
-
 #[derive(Clone, Copy)]
 enum Describe {
     Topics,
@@ -470,7 +452,7 @@ fn describe(
             // moment) is asked again by the startup checks; anything else
             // ends them with the reason.
             let kind = RDKafkaErrorCode::from(code);
-            if unanswered(kind) {
+            if super::admin::unanswered(kind) {
                 return Err(RuntimeError::Kafka(KafkaError::AdminOp(kind)));
             }
             let why = text(rdsys::rd_kafka_event_error_string(event.0.as_ptr()));
@@ -541,7 +523,7 @@ unsafe fn allowed(
             Err::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
             | Err::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED => Allowed::Refused,
             Err::RD_KAFKA_RESP_ERR_NO_ERROR => Allowed::Unknown,
-            code if unanswered(RDKafkaErrorCode::from(code)) => {
+            code if super::admin::unanswered(RDKafkaErrorCode::from(code)) => {
                 Allowed::Unanswered(RDKafkaErrorCode::from(code))
             }
             _ => {

@@ -266,20 +266,24 @@ impl Restorer {
     /// was re-created, or truncated past it (DeleteRecords, retention on a
     /// changelog that is not compacted). Local state is then not a prefix
     /// of the changelog, and only a full restore can be trusted.
+    ///
+    /// Each question waits `timeout` at most: it runs on the polling
+    /// thread, and a broker that does not answer now is asked again at the
+    /// next round while the other tasks go on.
     pub(crate) fn out_of_range(
         &self,
         task: i32,
         saved: &BTreeMap<String, i64>,
+        timeout: Duration,
     ) -> Result<Vec<String>, KafkaError> {
         let mut out = Vec::new();
         for reader in &self.readers {
             let Some(&from) = saved.get(&reader.topic) else {
                 continue;
             };
-            let (low, high) =
-                reader
-                    .consumer
-                    .fetch_watermarks(&reader.topic, task, Duration::from_secs(10))?;
+            let (low, high) = reader
+                .consumer
+                .fetch_watermarks(&reader.topic, task, timeout)?;
             if from < low || from > high {
                 out.push(format!(
                     "{} partition {task}: state is at offset {from}, the topic holds {low}..{high}",

@@ -47,7 +47,27 @@ pub fn dump_state(state_dir: &Path, app: &str) -> StateDump {
 /// what `live` holds (callers check `live` is not empty where it must
 /// hold something, so the comparison is not vacuous).
 pub fn assert_same_state(live: &StateDump, restored: &StateDump, what: &str) {
+    assert_restored(live, restored, what, false);
+}
+
+/// [`assert_same_state`] for at least once, where the changelog is not
+/// transactional: a batch written and then replayed after an abort left
+/// its writes there. Replayed, it writes the same values again but for
+/// processing-time timers, whose keys hold the deadline: the first
+/// attempt's timers come back in a restore, stale (the key's live timer
+/// has another deadline), and fire as no-ops. Those, and only those, may
+/// be restored beyond the live state.
+pub fn assert_same_state_at_least_once(live: &StateDump, restored: &StateDump, what: &str) {
+    assert_restored(live, restored, what, true);
+}
+
+/// Bytes of a timer key before the fold key: clock and deadline
+/// (`src/state/timers.rs`).
+const TIMER_HEADER: usize = 9;
+
+fn assert_restored(live: &StateDump, restored: &StateDump, what: &str, stale_timers: bool) {
     let mut differences = Vec::new();
+    let mut stale = 0usize;
     let stores: std::collections::BTreeSet<&String> = live.keys().chain(restored.keys()).collect();
     let empty = BTreeMap::new();
     for store in stores {
@@ -59,6 +79,15 @@ pub fn assert_same_state(live: &StateDump, restored: &StateDump, what: &str) {
             .collect::<std::collections::BTreeSet<_>>()
         {
             let (x, y) = (a.get(key), b.get(key));
+            let stale_timer = || {
+                let of = |k: &Vec<u8>| k.get(TIMER_HEADER..).map(<[u8]>::to_vec);
+                store.ends_with("-timers")
+                    && of(key).is_some_and(|fold| a.keys().any(|k| of(k).as_ref() == Some(&fold)))
+            };
+            if stale_timers && x.is_none() && y.is_some() && stale_timer() {
+                stale += 1;
+                continue;
+            }
             if x != y {
                 let show = |v: Option<&Vec<u8>>| {
                     v.map_or("(absent)".to_string(), |v| {
@@ -86,4 +115,7 @@ pub fn assert_same_state(live: &StateDump, restored: &StateDump, what: &str) {
             .collect::<Vec<_>>()
             .join("\n")
     );
+    if stale > 0 {
+        eprintln!("{what}: {stale} stale timers restored (at least once)");
+    }
 }

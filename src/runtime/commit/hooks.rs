@@ -74,6 +74,10 @@ pub enum FaultAction {
     /// Fail the transaction as a broker error would (it is aborted and the
     /// tasks rewound).
     Abort,
+    /// Make the producer unusable, as a fatal librdkafka error does: the
+    /// tasks close and the process rejoins with a new producer, within its
+    /// restart budget.
+    Fatal,
     /// End the process at once, as `kill -9` does.
     Kill,
     /// Stop the whole process, librdkafka's threads included, as SIGSTOP
@@ -92,7 +96,7 @@ pub enum FaultAction {
     Offsetless,
 }
 
-/// A fault to inject: `<point>:<abort|kill|freeze|rewind|offsetless>[@<n>]`, at the `n`-th time
+/// A fault to inject: `<point>:<abort|fatal|kill|freeze|rewind|offsetless>[@<n>]`, at the `n`-th time
 /// (default: the first) the cycle reaches `point`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fault {
@@ -116,7 +120,9 @@ impl FromStr for Fault {
             None => (text, 1),
         };
         let (point, action) = spec.split_once(':').ok_or_else(|| {
-            format!("expected <point>:<abort|kill|freeze|rewind|offsetless>[@n], found `{text}`")
+            format!(
+                "expected <point>:<abort|fatal|kill|freeze|rewind|offsetless>[@n], found `{text}`"
+            )
         })?;
         let point = FaultPoint::ALL
             .iter()
@@ -131,17 +137,18 @@ impl FromStr for Fault {
             })?;
         let action = match action {
             "abort" => FaultAction::Abort,
+            "fatal" => FaultAction::Fatal,
             "kill" => FaultAction::Kill,
             "freeze" => FaultAction::Freeze,
             "rewind" => FaultAction::Rewind,
             "offsetless" => FaultAction::Offsetless,
             other => {
                 return Err(format!(
-                    "unknown fault action `{other}` (abort, kill, freeze, rewind or offsetless)"
+                    "unknown fault action `{other}` (abort, fatal, kill, freeze, rewind or offsetless)"
                 ));
             }
         };
-        if action == FaultAction::Abort
+        if matches!(action, FaultAction::Abort | FaultAction::Fatal)
             && matches!(
                 point,
                 FaultPoint::Acked
@@ -151,7 +158,7 @@ impl FromStr for Fault {
             )
         {
             return Err(format!(
-                "`{}` can only be killed: there is no transaction to abort there",
+                "`{}` can only be killed: there is no transaction to fail there",
                 point.name()
             ));
         }
@@ -233,6 +240,17 @@ impl Faults {
                 );
                 Err(CommitError::Aborted(format!(
                     "injected fault at `{}`",
+                    point.name()
+                )))
+            }
+            FaultAction::Fatal => {
+                tracing::warn!(
+                    point = point.name(),
+                    hit = hits,
+                    "Injected fault: the producer fails fatally."
+                );
+                Err(CommitError::Fatal(format!(
+                    "injected fatal fault at `{}`",
                     point.name()
                 )))
             }
