@@ -1780,7 +1780,7 @@ fn tasks_waiting_for_a_frozen_owners_transaction_do_not_hold_up_the_others() {
     // the end is waiting for the frozen transaction, not for its records.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let split = loop {
-        let committed: Vec<Option<i64>> = (0..partitions as i32)
+        let committed: Vec<Option<i64>> = (0..partitions)
             .map(|p| committed_on(&names.app, &names.source, p))
             .collect();
         let done = committed
