@@ -1058,16 +1058,14 @@ impl Scenario {
     /// `CHAOS_SABOTAGE` runs them deliberately broken, to show that the
     /// judge fails when the property it checks does not hold:
     /// `at-least-once` (records of an aborted or killed transaction
-    /// counted again), `no-dedup` (dedup remembers an id for 1 ms), or
-    /// `late-counters` (every counter event called late).
+    /// counted again) or `no-dedup` (dedup remembers an id for 1 ms).
     pub fn start(&mut self) -> Instances {
         if let Ok(sabotage) = std::env::var("CHAOS_SABOTAGE") {
             let (name, value) = match sabotage.as_str() {
                 "at-least-once" => ("STREAMFOLD_GUARANTEE", "at_least_once"),
                 "no-dedup" => ("DEDUP_RETENTION", "1ms"),
-                "late-counters" => ("COUNTER_ACCEPT_LIMIT", "1ms"),
                 other => panic!(
-                    "CHAOS_SABOTAGE={other}: expected at-least-once, no-dedup or late-counters"
+                    "CHAOS_SABOTAGE={other}: expected at-least-once or no-dedup"
                 ),
             };
             eprintln!("chaos: SABOTAGED with {name}={value}; the judge must fail");
