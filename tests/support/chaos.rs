@@ -1064,9 +1064,7 @@ impl Scenario {
             let (name, value) = match sabotage.as_str() {
                 "at-least-once" => ("STREAMFOLD_GUARANTEE", "at_least_once"),
                 "no-dedup" => ("DEDUP_RETENTION", "1ms"),
-                other => panic!(
-                    "CHAOS_SABOTAGE={other}: expected at-least-once or no-dedup"
-                ),
+                other => panic!("CHAOS_SABOTAGE={other}: expected at-least-once or no-dedup"),
             };
             eprintln!("chaos: SABOTAGED with {name}={value}; the judge must fail");
             // Later entries win: the sabotage overrides the scenario's own.
