@@ -926,6 +926,7 @@ impl Feed {
         self.producer
             .flush(Duration::from_secs(300))
             .expect("every input record is delivered");
+        self.producer.context().assert_delivered();
     }
 
     /// The offset after the last record written to each partition.

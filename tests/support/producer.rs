@@ -16,12 +16,27 @@ use super::broker::plain_client;
 /// per `(topic, partition)`: the end of an input topic as its only writer
 /// left it, known without asking the broker.
 #[derive(Default)]
-pub struct Delivered(Mutex<BTreeMap<(String, i32), i64>>);
+pub struct Delivered(
+    Mutex<BTreeMap<(String, i32), i64>>,
+    /// The first record that was not delivered, why. Reported by the
+    /// reads, not by the delivery callback: a panic there can come while
+    /// the producer is dropped (a test that failed first, its broker gone)
+    /// and abort every test of the binary.
+    Mutex<Option<String>>,
+);
 
 impl Delivered {
     /// The end offset of each `(topic, partition)` delivered to so far.
     pub fn ends(&self) -> BTreeMap<(String, i32), i64> {
+        self.assert_delivered();
         self.0.lock().unwrap().clone()
+    }
+
+    /// Fails if a record was not delivered.
+    pub fn assert_delivered(&self) {
+        if let Some(why) = &*self.1.lock().unwrap() {
+            panic!("a test record was not delivered: {why}");
+        }
     }
 }
 
@@ -31,9 +46,13 @@ impl rdkafka::producer::ProducerContext for Delivered {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
-        let message = result
-            .as_ref()
-            .unwrap_or_else(|(e, _)| panic!("a test record was not delivered: {e}"));
+        let message = match result {
+            Ok(message) => message,
+            Err((e, _)) => {
+                self.1.lock().unwrap().get_or_insert_with(|| e.to_string());
+                return;
+            }
+        };
         let mut ends = self.0.lock().unwrap();
         let end = ends
             .entry((message.topic().to_string(), message.partition()))
@@ -68,6 +87,7 @@ impl TestProducer {
     /// The end offset of each of `partitions` partitions of `topic`, as
     /// far as this producer wrote it (flush first).
     pub fn ends(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        self.inner.context().assert_delivered();
         let ends = self.inner.context().0.lock().unwrap();
         (0..partitions)
             .map(|p| ends.get(&(topic.to_string(), p)).copied().unwrap_or(0))
@@ -204,5 +224,6 @@ impl TestProducer {
 
     pub fn flush(&self) {
         self.inner.flush(Duration::from_secs(60)).unwrap();
+        self.inner.context().assert_delivered();
     }
 }
