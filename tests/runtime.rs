@@ -776,13 +776,7 @@ fn a_lone_instance_frozen_past_its_transaction_timeout_goes_on_and_loses_nothing
     config
         .env
         .push(("STREAMFOLD_STATIC_MEMBERSHIP".into(), "true".into()));
-    let topology = std::fs::read_to_string(&config.topology).unwrap().replace(
-        "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n",
-        "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n  transaction_timeout: 2s\n",
-    );
-    assert!(topology.contains("transaction_timeout: 2s"));
-    config.topology = dir.path().join("short-transactions.yaml");
-    std::fs::write(&config.topology, topology).unwrap();
+    with_transaction_timeout(&mut config, dir.path(), "2s");
     config
         .args
         .extend(["--inject-fault".into(), "commit:freeze@2".into()]);
@@ -1738,13 +1732,7 @@ fn tasks_waiting_for_a_frozen_owners_transaction_do_not_hold_up_the_others() {
     // A second member with a transaction timeout long enough to watch,
     // frozen once it has sent the offsets of its first transaction.
     let mut config = names.app("a", dir.path().join("state-a"), true);
-    let topology = std::fs::read_to_string(&config.topology).unwrap().replace(
-        "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n",
-        "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n  transaction_timeout: 150s\n",
-    );
-    assert!(topology.contains("transaction_timeout: 150s"));
-    config.topology = dir.path().join("long-transactions.yaml");
-    std::fs::write(&config.topology, topology).unwrap();
+    with_transaction_timeout(&mut config, dir.path(), "150s");
     config
         .args
         .extend(["--inject-fault".into(), "offsets:freeze@1".into()]);
@@ -1817,4 +1805,16 @@ fn tasks_waiting_for_a_frozen_owners_transaction_do_not_hold_up_the_others() {
     let outputs = read_to_end(&names.folded, Duration::from_secs(60));
     assert_exact(&outputs, accounts);
     survivor.stop();
+}
+
+/// Points `config` at a copy of its topology, written to `dir`, whose
+/// transactions time out after `timeout`.
+fn with_transaction_timeout(config: &mut AppConfig, dir: &Path, timeout: &str) {
+    let topology = std::fs::read_to_string(&config.topology).unwrap().replace(
+        "  commit_interval: ${STREAMFOLD_COMMIT_INTERVAL:-100ms}\n",
+        &format!("  commit_interval: ${{STREAMFOLD_COMMIT_INTERVAL:-100ms}}\n  transaction_timeout: {timeout}\n"),
+    );
+    assert!(topology.contains(&format!("transaction_timeout: {timeout}")));
+    config.topology = dir.join(format!("transactions-{timeout}.yaml"));
+    std::fs::write(&config.topology, topology).unwrap();
 }
