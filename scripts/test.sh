@@ -22,10 +22,12 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/install-kafka.sh >/dev/null
 
-cargo_test=(cargo test --all-targets --locked --features fault-injection)
+cargo_test=(cargo test --locked --features fault-injection)
 if [ $# -gt 0 ]; then
+  # The targets the arguments name (say `--test chaos`), not every one.
   exec "${cargo_test[@]}" "$@"
 fi
+cargo_test+=(--all-targets)
 
 logs="${CARGO_TARGET_DIR:-target}/test-logs"
 rm -rf "$logs" && mkdir -p "$logs"

@@ -1,6 +1,7 @@
 //! Restore when the world changed under the state: a topology whose input
-//! left (a `key_by` removed) restoring from scratch, and a changelog that
-//! was re-created behind the state's back.
+//! left (a `key_by` removed) restoring from scratch, a changelog that was
+//! re-created behind the state's back, and a changelog holding a
+//! transaction the broker has not decided yet.
 
 mod support;
 
@@ -614,5 +615,169 @@ fn a_changelog_header_name_that_is_not_utf8_does_not_stop_a_restore() {
     assert!(
         restored(&log) >= ACCOUNTS,
         "restored from the changelog; log:\n{log}"
+    );
+}
+
+/// The application of the undecided-transaction test: per-account order
+/// with Lamport clocks (a state that lost updates repeats clocks).
+fn payments_config(dir: &Path, names: &PaymentNames, state: &str) -> AppConfig {
+    AppConfig {
+        topology: repo().join("topologies/partitioned-processing.yaml"),
+        instance: "a".into(),
+        state_dir: dir.join(state),
+        env: env_vars(&[
+            ("STREAMFOLD_APP", &names.app),
+            ("PAYMENTS_TOPIC", &names.payments),
+            ("BALANCES_TOPIC", &names.balances),
+            ("DEAD_LETTER_TOPIC", &names.dlq),
+            ("STREAMFOLD_STATIC_MEMBERSHIP", "false"),
+        ]),
+        txn_header: false,
+        args: Vec::new(),
+    }
+}
+
+struct PaymentNames {
+    app: String,
+    payments: String,
+    balances: String,
+    dlq: String,
+}
+
+const PAYMENT_ACCOUNTS: u64 = 10;
+
+/// Settled payments `range`, the accounts taking turns, each with its
+/// account's next sequence.
+fn produce_payments(producer: &TestProducer, topic: &str, range: std::ops::Range<u64>) {
+    for i in range {
+        let account = format!("acc-{}", i % PAYMENT_ACCOUNTS);
+        let value = json!({"payment_id": format!("p{i}"), "account_id": account,
+            "status": "settled", "amount": 1 + i % 7, "balance_cents": i,
+            "sequence": 1 + i / PAYMENT_ACCOUNTS});
+        producer.send_json(topic, &account, &value);
+    }
+    producer.flush();
+}
+
+/// A changelog partition can end, for a read_committed reader, before
+/// records the task's state already holds: a transaction is still
+/// undecided there. The broker has accepted a commit and not yet written
+/// its markers (it restarted in between), or an abandoned owner's
+/// transaction awaits its timeout. Here a stranger's transaction, left
+/// open on every partition of the changelog, stands in for it, and the
+/// application commits more state after it.
+///
+/// Restarted with its state, the task must not take the short end for a
+/// truncated changelog and wipe its state; restarted with none, its
+/// restore must not stop at that end. Either would leave committed updates
+/// out of the state, and the Lamport clocks of the accounts would repeat.
+/// The restores wait for the verdict (here an abort), then every payment
+/// is in exactly one committed balance, with clocks 1, 2, 3 ….
+#[test]
+fn a_restore_waits_for_a_transaction_undecided_on_its_changelog() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let _serial = serial();
+    let dir = temp_dir();
+    let names = PaymentNames {
+        app: unique("sf-undecided"),
+        payments: unique("payments"),
+        balances: unique("balances"),
+        dlq: unique("dlq"),
+    };
+    let partitions = 2;
+    create_topic(&names.payments, partitions);
+    let producer = TestProducer::new();
+
+    let first = App::start(&payments_config(dir.path(), &names, "state"), dir.path());
+    produce_payments(&producer, &names.payments, 0..200);
+    let end = producer.ends(&names.payments, partitions);
+    wait_committed_to(
+        &first,
+        &names.app,
+        &names.payments,
+        &end,
+        Duration::from_secs(120),
+    );
+
+    let changelog = format!("{}-account_balance-latest-changelog", names.app);
+    let stranger: BaseProducer = plain_client()
+        .set("transactional.id", unique("undecided"))
+        .create()
+        .unwrap();
+    stranger.init_transactions(Duration::from_secs(30)).unwrap();
+    stranger.begin_transaction().unwrap();
+    for partition in 0..partitions {
+        stranger
+            .send(
+                BaseRecord::to(&changelog)
+                    .partition(partition)
+                    .key("undecided")
+                    .payload("never applied"),
+            )
+            .unwrap();
+    }
+    stranger.flush(Duration::from_secs(30)).unwrap();
+
+    produce_payments(&producer, &names.payments, 200..400);
+    let end = producer.ends(&names.payments, partitions);
+    wait_committed_to(
+        &first,
+        &names.app,
+        &names.payments,
+        &end,
+        Duration::from_secs(120),
+    );
+    first.stop();
+
+    // With its state: the changelog ends (read_committed) before it.
+    let kept = App::start(&payments_config(dir.path(), &names, "state"), dir.path());
+    std::thread::sleep(Duration::from_secs(8));
+    let kept_log = kept.stop();
+    // Without state: the restore reaches that end.
+    std::fs::remove_dir_all(dir.path().join("state")).unwrap();
+    let fresh = App::start(&payments_config(dir.path(), &names, "state"), dir.path());
+    std::thread::sleep(Duration::from_secs(8));
+    stranger.abort_transaction(Duration::from_secs(30)).unwrap();
+
+    produce_payments(&producer, &names.payments, 400..600);
+    let end = producer.ends(&names.payments, partitions);
+    wait_committed_to(
+        &fresh,
+        &names.app,
+        &names.payments,
+        &end,
+        Duration::from_secs(180),
+    );
+    let balances = read_to_end(&names.balances, Duration::from_secs(60));
+    for (account, records) in by_key(&balances) {
+        let got: Vec<(String, u64)> = records
+            .iter()
+            .map(|r| {
+                let v = r.json();
+                (
+                    v["payment_id"].as_str().unwrap().to_string(),
+                    v["lamport"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let number: u64 = account.trim_start_matches("acc-").parse().unwrap();
+        let want: Vec<(String, u64)> = (0..600)
+            .filter(|i| i % PAYMENT_ACCOUNTS == number)
+            .enumerate()
+            .map(|(n, i)| (format!("p{i}"), n as u64 + 1))
+            .collect();
+        assert_eq!(
+            got,
+            want,
+            "{account}: its committed balances (payment, Lamport clock); log:\n{}",
+            fresh.log_text()
+        );
+    }
+    assert_eq!(by_key(&balances).len() as u64, PAYMENT_ACCOUNTS);
+    fresh.stop();
+    assert!(
+        !kept_log.contains("wiping the local state"),
+        "state wiped for a changelog that only had a transaction open:\n{kept_log}"
     );
 }

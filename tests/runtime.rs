@@ -1586,12 +1586,16 @@ fn aborts_with_a_batch_polled_ahead_lose_and_double_nothing() {
     let app = App::start(&config, dir.path());
     let outputs = folded_once_committed(&app, &names, &end);
     assert_only_uncommitted_duplicates(&outputs, &TxnJournal::read(&journal), accounts);
+    // Every injected abort happened. (The broker can fail a transaction
+    // of its own accord too: an abort with records in flight can leave the
+    // next one out of sequence, which librdkafka then fails.)
+    let log = app.log_text();
+    let injected = log.matches("Injected fault: aborting.").count();
+    assert_eq!(injected, 4, "every injected abort happened; log:\n{log}");
     let aborted = app.metric("streamfold_transactions_aborted_total");
-    assert_eq!(
-        aborted,
-        4.0,
-        "every injected abort happened; log:\n{}",
-        app.log_text()
+    assert!(
+        aborted >= 4.0,
+        "{aborted} transactions aborted, fewer than injected; log:\n{log}"
     );
     app.stop();
 }
@@ -1805,6 +1809,103 @@ fn tasks_waiting_for_a_frozen_owners_transaction_do_not_hold_up_the_others() {
     let outputs = read_to_end(&names.folded, Duration::from_secs(60));
     assert_exact(&outputs, accounts);
     survivor.stop();
+}
+
+/// A task whose committed offsets a previous owner's open transaction
+/// holds starts only once that transaction has ended, and from the offsets
+/// it committed. The broker answers such a question with UNSTABLE_OFFSET_COMMIT
+/// per partition; librdkafka, asking again until its timeout, can hand
+/// that answer on as the partition's result: an offset it does not know
+/// and an error. Taken for "nothing committed", the task would start from
+/// its `offset_reset` and process again what the previous owner's
+/// transaction had covered.
+///
+/// The previous owner here is a transactional producer of the test's that
+/// commits offsets for the application's group, as a member's transaction
+/// does: it covers the first accounts' events, stays open while the
+/// application starts, then commits. Only the later accounts may be
+/// folded.
+#[test]
+fn a_task_starts_from_the_offsets_a_previous_owner_s_open_transaction_commits() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::{BaseProducer, Producer};
+
+    let _serial = serial();
+    let names = Names::new("pending-offsets");
+    let partitions = 4;
+    let accounts = 2 * ACTIVE;
+    create_topic(&names.source, partitions);
+    let producer = TestProducer::new();
+    // Block 0 (the first `ACTIVE` accounts), then block 1 (the others).
+    let covered = ACTIVE * PER_ACCOUNT;
+    produce_range(&producer, &names.source, 0..covered, accounts);
+    let covered_ends = producer.ends(&names.source, partitions);
+    produce_range(
+        &producer,
+        &names.source,
+        covered..accounts * PER_ACCOUNT,
+        accounts,
+    );
+    let end = producer.ends(&names.source, partitions);
+
+    let previous: BaseProducer = plain_client()
+        .set("transactional.id", unique("previous-owner"))
+        .create()
+        .unwrap();
+    previous.init_transactions(Duration::from_secs(30)).unwrap();
+    previous.begin_transaction().unwrap();
+    let group: BaseConsumer = plain_client()
+        .set("group.id", &names.app)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut offsets = rdkafka::TopicPartitionList::new();
+    for (partition, offset) in covered_ends.iter().enumerate() {
+        offsets
+            .add_partition_offset(
+                &names.source,
+                partition as i32,
+                rdkafka::Offset::Offset(*offset),
+            )
+            .unwrap();
+    }
+    previous
+        .send_offsets_to_transaction(
+            &offsets,
+            &group.group_metadata().unwrap(),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+
+    let dir = temp_dir();
+    let app = App::start(&names.app("a", dir.path().join("state"), true), dir.path());
+    app.wait_log_lines(
+        "The committed offsets of new tasks are not available yet",
+        1,
+        Duration::from_secs(120),
+    );
+    // Long enough for many questions, each answered "unstable".
+    std::thread::sleep(Duration::from_secs(15));
+    previous
+        .commit_transaction(Duration::from_secs(30))
+        .unwrap();
+
+    let outputs = folded_once_committed(&app, &names, &end);
+    let folded: BTreeSet<String> = outputs
+        .iter()
+        .map(|r| r.key.clone().unwrap_or_default())
+        .collect();
+    let want: BTreeSet<String> = (ACTIVE..accounts).map(|a| format!("account_{a}")).collect();
+    assert_eq!(
+        folded,
+        want,
+        "only the accounts after the offsets the previous owner committed are folded, once \
+         each ({} folded records); log:\n{}",
+        outputs.len(),
+        app.log_text()
+    );
+    assert_eq!(outputs.len(), want.len(), "one fold per account");
+    app.stop();
 }
 
 /// Points `config` at a copy of its topology, written to `dir`, whose

@@ -1009,6 +1009,31 @@ impl Engine {
         };
         self.cycle.txn.journal_fetched(&list);
         for task in awaiting {
+            // A partition can come back with an error of its own and no
+            // offset: UNSTABLE_OFFSET_COMMIT, while a previous owner's
+            // transaction holding its offsets is open, which librdkafka
+            // hands on when its own retries run out of time. That is "not
+            // known yet", never "nothing committed": starting from the
+            // input's reset would process again what that transaction
+            // covers, over state restored without it.
+            let unanswered: Vec<String> = list
+                .elements()
+                .iter()
+                .filter(|e| e.partition() == task)
+                .filter_map(|e| {
+                    e.error()
+                        .err()
+                        .map(|error| format!("{}: {error}", e.topic()))
+                })
+                .collect();
+            if !unanswered.is_empty() {
+                self.next_offsets_fetch = now + Duration::from_secs(1);
+                if now >= self.next_offsets_warning {
+                    self.next_offsets_warning = now + Duration::from_secs(10);
+                    tracing::warn!(task, errors = ?unanswered, "The committed offsets of new tasks are not available yet (a previous owner's transaction may still be open); retrying.");
+                }
+                continue;
+            }
             let mut committed = vec![None; self.inputs.len()];
             for element in list.elements().iter().filter(|e| e.partition() == task) {
                 let Offset::Offset(o) = element.offset() else {

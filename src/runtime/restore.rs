@@ -12,7 +12,10 @@
 //! There is one read_committed consumer per changelog topic, with
 //! `enable.partition.eof`: reaching the end of a partition (its last stable
 //! offset) is reported by librdkafka, without blocking watermark queries,
-//! and is unambiguous because each consumer reads a single topic. A
+//! and is unambiguous because each consumer reads a single topic. An end
+//! with records past it (a transaction not decided yet, see
+//! `ChangelogReader::undecided`) is not the end: the restore waits for the
+//! verdict, so state another owner committed is never left out. A
 //! partition that reaches its end is unassigned alone (incrementally); the
 //! others keep their fetch position. Tasks restore independently and in
 //! steps between processing, so a restoring task never blocks the others.
@@ -185,6 +188,36 @@ impl ChangelogReader {
         }
     }
 
+    /// Whether `task`'s partition, at the end a read_committed reader
+    /// sees (its last stable offset), still holds records past it: a
+    /// transaction not decided yet. That is a previous owner's (or this
+    /// instance's previous run's) whose commit the broker has accepted and
+    /// not yet marked, or an abandoned one it will abort; only the owner
+    /// of a task writes its changelog, and this task is not running. Its
+    /// records may be committed state, so the restore waits for the
+    /// verdict: ending here would leave them out of the local state for
+    /// good, since the offset saved at the next commit lies past them.
+    /// The high watermark is the one of the fetch that reached the end.
+    fn undecided(&self, task: i32) -> bool {
+        let Some(high) = cached_high_watermark(&self.consumer, &self.topic, task) else {
+            return false;
+        };
+        let position = self.consumer.position().ok().and_then(|list| {
+            match list.find_partition(&self.topic, task)?.offset() {
+                Offset::Offset(offset) => Some(offset),
+                _ => None,
+            }
+        });
+        let Some(position) = position else {
+            return false;
+        };
+        if high > position {
+            tracing::debug!(changelog = %self.topic, task, position, high, "A transaction on the changelog is not decided yet; the restore waits for it.");
+            return true;
+        }
+        false
+    }
+
     /// Stops replaying `task`'s partition; returns where it got to.
     fn stop(&mut self, task: i32) -> Result<Option<Replay>, KafkaError> {
         let Some(next) = self.replaying.remove(&task) else {
@@ -195,6 +228,32 @@ impl ChangelogReader {
         self.consumer.incremental_unassign(&list)?;
         Ok(Some(next))
     }
+}
+
+/// The high watermark of `topic` `partition` that the last fetch response
+/// carried, as librdkafka keeps it (no request; rust-rdkafka does not wrap
+/// `rd_kafka_get_watermark_offsets`). `None` before any fetch answered.
+fn cached_high_watermark<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1_i64, -1_i64);
+    // SAFETY: the client pointer is live for the consumer's lifetime, the
+    // topic name is a NUL-terminated string that outlives the call, and
+    // the out-parameters are valid for writes.
+    let error = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (error == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
+        .then_some(high)
 }
 
 /// What one call to [`Restorer::poll`] produced for a task.
@@ -218,6 +277,10 @@ struct Restoring {
 
 pub(crate) struct Restorer {
     readers: Vec<ChangelogReader>,
+    /// Asks where the changelogs end under read_uncommitted: their high
+    /// watermarks, which a transaction still being decided does not hide
+    /// (the readers' own answer would be the last stable offset).
+    watermarks: BaseConsumer,
     tasks: HashMap<i32, Restoring>,
     app: String,
 }
@@ -235,6 +298,10 @@ impl Restorer {
                 config.set(key, value);
             }
         }
+        let watermarks = config
+            .clone()
+            .set("isolation.level", "read_uncommitted")
+            .create()?;
         config.set("enable.partition.eof", "true");
         config.set("statistics.interval.ms", "1000");
         let readers = changelogs
@@ -256,6 +323,7 @@ impl Restorer {
             .collect::<Result<_, KafkaError>>()?;
         Ok(Restorer {
             readers,
+            watermarks,
             tasks: HashMap::new(),
             app: app.to_string(),
         })
@@ -266,6 +334,13 @@ impl Restorer {
     /// was re-created, or truncated past it (DeleteRecords, retention on a
     /// changelog that is not compacted). Local state is then not a prefix
     /// of the changelog, and only a full restore can be trusted.
+    ///
+    /// The end is the high watermark, not the last stable offset: a
+    /// transaction this task committed whose markers the broker has yet to
+    /// write (it restarted between the commit and the markers) holds the
+    /// last stable offset below records the state already has, and taking
+    /// that for a truncation would throw away good state for a restore
+    /// that stops short of them.
     ///
     /// Each question waits `timeout` at most: it runs on the polling
     /// thread, and a broker that does not answer now is asked again at the
@@ -281,8 +356,8 @@ impl Restorer {
             let Some(&from) = saved.get(&reader.topic) else {
                 continue;
             };
-            let (low, high) = reader
-                .consumer
+            let (low, high) = self
+                .watermarks
                 .fetch_watermarks(&reader.topic, task, timeout)?;
             if from < low || from > high {
                 out.push(format!(
@@ -358,6 +433,9 @@ impl Restorer {
                             &mut progress,
                         ),
                         Err(KafkaError::PartitionEOF(task)) => {
+                            if reader.undecided(task) {
+                                continue;
+                            }
                             if let Some(replay) = reader.stop(task)? {
                                 progress
                                     .entry(task)

@@ -840,7 +840,7 @@ impl Transactions {
         }
         let started = Instant::now();
         self.fault(FaultPoint::Sent)?;
-        let flushed = self.flush_promptly(TXN_TIMEOUT);
+        let flushed = self.flush_promptly(TXN_TIMEOUT, true);
         CommitPhase::Flush.took(started.elapsed());
         let mut deliveries = std::mem::take(&mut *self.deliveries());
         self.learn_refusals(&deliveries);
@@ -895,13 +895,24 @@ impl Transactions {
     /// `flush` (also called by `commit_transaction`): it polls in 100 ms
     /// slices that run to their end even once the queue is empty, which
     /// would add ~100 ms to every commit.
-    fn flush_promptly(&self, timeout: Duration) -> Result<(), KafkaError> {
+    ///
+    /// `until_a_failure`: stop at the first record not delivered. The
+    /// transaction cannot commit then, and the rest need not be waited
+    /// for here: the abort that follows waits for them. When librdkafka
+    /// fails a transaction (say OUT_OF_ORDER_SEQUENCE_NUMBER after an abort
+    /// with records in flight), it purges what is queued, and records it
+    /// holds back for an epoch bump would otherwise keep the commit
+    /// waiting until `timeout`.
+    fn flush_promptly(&self, timeout: Duration, until_a_failure: bool) -> Result<(), KafkaError> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Served::AllDelivered = serve(&self.producer) {
                 return Ok(());
             }
             if self.producer.in_flight_count() == 0 {
+                return Ok(());
+            }
+            if until_a_failure && self.deliveries().failure.is_some() {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -1041,7 +1052,7 @@ impl Transactions {
                 CommitError::Aborted(m) => CommitError::Fatal(format!("abort failed: {m}")),
                 fatal => fatal,
             })?;
-        } else if self.flush_promptly(TXN_TIMEOUT).is_err() {
+        } else if self.flush_promptly(TXN_TIMEOUT, false).is_err() {
             // Without a transaction there is nothing to abort, but what the
             // failed cycle sent is still in flight: its delivery reports
             // belong to this cycle, not to the next one, which they would
@@ -1541,6 +1552,73 @@ mod tests {
         txn.send(record(b"next cycle")).unwrap();
         let next = txn.commit(&consumer, |_| TopicPartitionList::new());
         assert!(next.is_ok(), "the next cycle commits: {next:?}");
+    }
+
+    /// A record not delivered ends the wait for the others: the
+    /// transaction cannot commit, and the commit says so while a record on
+    /// a slow broker is still in flight (the abort waits for it).
+    #[test]
+    fn a_failed_record_ends_the_commit_without_waiting_for_the_others() {
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+        let mock = MockCluster::new(2).unwrap();
+        mock.create_topic("out", 2, 1).unwrap();
+        mock.partition_leader("out", 0, Some(1)).unwrap();
+        mock.partition_leader("out", 1, Some(2)).unwrap();
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("message.send.max.retries", "0");
+        let mut txn = Transactions::new(
+            &config,
+            false,
+            &TestHooks::default(),
+            TopicLimits::default(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        let consumer: BaseConsumer = config.clone().set("group.id", "g").create().unwrap();
+        let record = |partition: i32| Produce {
+            topic: "out",
+            partition: Some(partition),
+            key: Some(b"k"),
+            payload: Some(b"v"),
+            headers: &[],
+            timestamp: None,
+            tracked: 0,
+        };
+        // Connected to both, with the leaders known.
+        txn.send(record(0)).unwrap();
+        txn.send(record(1)).unwrap();
+        assert!(txn.commit(&consumer, |_| TopicPartitionList::new()).is_ok());
+
+        // Partition 1's broker answers after 5 s; partition 0's record,
+        // sent once partition 1's request is out, is refused.
+        mock.broker_round_trip_time(2, Duration::from_secs(5))
+            .unwrap();
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+            ],
+        );
+        txn.send(record(1)).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        txn.send(record(0)).unwrap();
+        let failed = txn.commit(&consumer, |_| TopicPartitionList::new());
+        assert!(
+            matches!(&failed, Err(CommitError::Aborted(m)) if m.contains("not delivered")),
+            "{failed:?}"
+        );
+        assert_eq!(
+            txn.producer.in_flight_count(),
+            1,
+            "the commit gave up with partition 1's record still in flight"
+        );
+        txn.abort().unwrap();
+        assert_eq!(txn.producer.in_flight_count(), 0, "the abort waited for it");
     }
 
     /// A record the broker refuses for good (INVALID_RECORD: a keyless
