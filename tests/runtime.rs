@@ -1813,12 +1813,10 @@ fn tasks_waiting_for_a_frozen_owners_transaction_do_not_hold_up_the_others() {
 
 /// A task whose committed offsets a previous owner's open transaction
 /// holds starts only once that transaction has ended, and from the offsets
-/// it committed. The broker answers such a question with UNSTABLE_OFFSET_COMMIT
-/// per partition; librdkafka, asking again until its timeout, can hand
-/// that answer on as the partition's result: an offset it does not know
-/// and an error. Taken for "nothing committed", the task would start from
-/// its `offset_reset` and process again what the previous owner's
-/// transaction had covered.
+/// it committed. The broker answers such a question with
+/// UNSTABLE_OFFSET_COMMIT per partition. Taken for "nothing committed",
+/// the task would start from its `offset_reset` and process again what
+/// the previous owner's transaction had covered.
 ///
 /// The previous owner here is a transactional producer of the test's that
 /// commits offsets for the application's group, as a member's transaction

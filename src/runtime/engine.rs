@@ -1011,10 +1011,12 @@ impl Engine {
         for task in awaiting {
             // A partition can come back with an error of its own and no
             // offset: UNSTABLE_OFFSET_COMMIT, while a previous owner's
-            // transaction holding its offsets is open, which librdkafka
-            // hands on when its own retries run out of time. That is "not
-            // known yet", never "nothing committed": starting from the
-            // input's reset would process again what that transaction
+            // transaction holding its offsets is open. librdkafka asks
+            // again until its request times out and hands that answer on
+            // only if the caller still waits then, which these short
+            // questions do not; a partition error of any kind is still
+            // "not known yet", never "nothing committed": starting from
+            // the input's reset would process again what that transaction
             // covers, over state restored without it.
             let unanswered: Vec<String> = list
                 .elements()
