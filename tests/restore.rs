@@ -688,17 +688,21 @@ fn a_restore_waits_for_a_transaction_undecided_on_its_changelog() {
     let partitions = 2;
     create_topic(&names.payments, partitions);
     let producer = TestProducer::new();
+    // Payments `range`, then the wait until `app` has committed them all.
+    let pay = |app: &App, range: std::ops::Range<u64>| {
+        produce_payments(&producer, &names.payments, range);
+        let end = producer.ends(&names.payments, partitions);
+        wait_committed_to(
+            app,
+            &names.app,
+            &names.payments,
+            &end,
+            Duration::from_secs(180),
+        );
+    };
 
     let first = App::start(&payments_config(dir.path(), &names, "state"), dir.path());
-    produce_payments(&producer, &names.payments, 0..200);
-    let end = producer.ends(&names.payments, partitions);
-    wait_committed_to(
-        &first,
-        &names.app,
-        &names.payments,
-        &end,
-        Duration::from_secs(120),
-    );
+    pay(&first, 0..200);
 
     let changelog = format!("{}-account_balance-latest-changelog", names.app);
     let stranger: BaseProducer = plain_client()
@@ -719,15 +723,7 @@ fn a_restore_waits_for_a_transaction_undecided_on_its_changelog() {
     }
     stranger.flush(Duration::from_secs(30)).unwrap();
 
-    produce_payments(&producer, &names.payments, 200..400);
-    let end = producer.ends(&names.payments, partitions);
-    wait_committed_to(
-        &first,
-        &names.app,
-        &names.payments,
-        &end,
-        Duration::from_secs(120),
-    );
+    pay(&first, 200..400);
     first.stop();
 
     // With its state: the changelog ends (read_committed) before it.
@@ -740,15 +736,7 @@ fn a_restore_waits_for_a_transaction_undecided_on_its_changelog() {
     std::thread::sleep(Duration::from_secs(8));
     stranger.abort_transaction(Duration::from_secs(30)).unwrap();
 
-    produce_payments(&producer, &names.payments, 400..600);
-    let end = producer.ends(&names.payments, partitions);
-    wait_committed_to(
-        &fresh,
-        &names.app,
-        &names.payments,
-        &end,
-        Duration::from_secs(180),
-    );
+    pay(&fresh, 400..600);
     let balances = read_to_end(&names.balances, Duration::from_secs(60));
     for (account, records) in by_key(&balances) {
         let got: Vec<(String, u64)> = records

@@ -1434,6 +1434,21 @@ fn rand_u64() -> u64 {
 mod tests {
     use super::*;
 
+    /// An at-least-once producer on `config`'s cluster, and a consumer of
+    /// group `g` there for its commits.
+    fn at_least_once(config: &ClientConfig) -> (Transactions, BaseConsumer) {
+        let txn = Transactions::new(
+            config,
+            false,
+            &TestHooks::default(),
+            TopicLimits::default(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        let consumer = config.clone().set("group.id", "g").create().unwrap();
+        (txn, consumer)
+    }
+
     /// A broker refusing a record as too large (its `max.message.bytes`
     /// was not known) fails the transaction once; the topic's limit then
     /// drops below that record, so its replay is dead-lettered instead of
@@ -1447,15 +1462,7 @@ mod tests {
         mock.create_topic("out", 1, 1).unwrap();
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", mock.bootstrap_servers());
-        let mut txn = Transactions::new(
-            &config,
-            false,
-            &TestHooks::default(),
-            TopicLimits::default(),
-            &AtomicBool::new(false),
-        )
-        .unwrap();
-        let consumer: BaseConsumer = config.clone().set("group.id", "g").create().unwrap();
+        let (mut txn, consumer) = at_least_once(&config);
         let payload = vec![b'x'; 5_000];
         let record = || Produce {
             topic: "out",
@@ -1516,15 +1523,7 @@ mod tests {
         config
             .set("bootstrap.servers", mock.bootstrap_servers())
             .set("message.send.max.retries", "0");
-        let mut txn = Transactions::new(
-            &config,
-            false,
-            &TestHooks::default(),
-            TopicLimits::default(),
-            &AtomicBool::new(false),
-        )
-        .unwrap();
-        let consumer: BaseConsumer = config.clone().set("group.id", "g").create().unwrap();
+        let (mut txn, consumer) = at_least_once(&config);
         let record = |payload: &'static [u8]| Produce {
             topic: "out",
             partition: Some(0),
@@ -1570,15 +1569,7 @@ mod tests {
         config
             .set("bootstrap.servers", mock.bootstrap_servers())
             .set("message.send.max.retries", "0");
-        let mut txn = Transactions::new(
-            &config,
-            false,
-            &TestHooks::default(),
-            TopicLimits::default(),
-            &AtomicBool::new(false),
-        )
-        .unwrap();
-        let consumer: BaseConsumer = config.clone().set("group.id", "g").create().unwrap();
+        let (mut txn, consumer) = at_least_once(&config);
         let record = |partition: i32| Produce {
             topic: "out",
             partition: Some(partition),
@@ -1634,15 +1625,7 @@ mod tests {
         mock.create_topic("out", 1, 1).unwrap();
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", mock.bootstrap_servers());
-        let mut txn = Transactions::new(
-            &config,
-            false,
-            &TestHooks::default(),
-            TopicLimits::default(),
-            &AtomicBool::new(false),
-        )
-        .unwrap();
-        let consumer: BaseConsumer = config.clone().set("group.id", "g").create().unwrap();
+        let (mut txn, consumer) = at_least_once(&config);
         let record = |payload: &'static [u8]| Produce {
             topic: "out",
             partition: Some(0),
