@@ -150,6 +150,9 @@ fn run_members(
     source_watch: &Arc<SourceWatch>,
 ) -> Result<(), RuntimeError> {
     let mut failures: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
+    // Kept across memberships: a group back from a broker's restart may
+    // name a member id of an earlier one.
+    let member_ids = MemberIds::default();
     loop {
         match run_member(
             topology,
@@ -158,6 +161,7 @@ fn run_members(
             shutdown,
             queries.clone(),
             source_watch,
+            &member_ids,
         ) {
             Err(RuntimeError::Commit(CommitError::Fatal(reason)))
                 if !shutdown.load(Ordering::Relaxed) =>
@@ -200,6 +204,7 @@ fn run_member(
     shutdown: &AtomicBool,
     queries: Option<Arc<query::QueryState>>,
     source_watch: &Arc<SourceWatch>,
+    member_ids: &MemberIds,
 ) -> Result<(), RuntimeError> {
     let exactly_once = topology.processing.guarantee == Guarantee::ExactlyOnce;
     let producer_config = config::producer_config(topology, options);
@@ -245,7 +250,7 @@ fn run_member(
             .iter()
             .map(|s| (s.config.topic.clone(), s.name.clone()))
             .collect(),
-        member_ids: Mutex::default(),
+        member_ids: Arc::clone(member_ids),
     };
     let consumer_config = config::consumer_config(topology, options);
     let verdict_wait = membership_verdict_wait(&consumer_config);
@@ -259,18 +264,20 @@ fn run_member(
         .context()
         .lock()
         .shutdown(&consumer, result.is_ok());
+    let client_id = consumer_config.get("client.id").unwrap_or_default();
     let result = match result.and(closed) {
         Err(RuntimeError::Commit(CommitError::Fatal(reason)))
             if topology.kafka.static_membership =>
         {
             Err(RuntimeError::Commit(membership_verdict(
                 &consumer,
+                &topology.name,
+                client_id,
                 verdict_wait,
                 reason,
             )))
         }
         Err(RuntimeError::Commit(CommitError::Fatal(reason))) => {
-            let client_id = consumer_config.get("client.id").unwrap_or_default();
             let replaced = replaced_in_group(&consumer, &topology.name, client_id, verdict_wait);
             Err(RuntimeError::Commit(match replaced {
                 Some(successor) => CommitError::Fenced(format!(
@@ -299,16 +306,23 @@ fn membership_verdict_wait(consumer: &rdkafka::ClientConfig) -> Duration {
     Duration::from_millis(2 * heartbeat + 1000)
 }
 
-/// Whether a static member whose producer failed was replaced: then it must
-/// stop, not rejoin. A fencing error from the producer cannot always tell
-/// (a transaction open past its timeout, which the coordinator aborts, is
-/// reported the same way; an abort after a refused produce request can
-/// time out instead), but the group can: it answers the next heartbeat of
-/// a member whose `group.instance.id` another process took with
-/// FENCED_INSTANCE_ID, a fatal error of the consumer. Rejoining would take
-/// the id back and fence the successor in turn.
-fn membership_verdict<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
+/// Whether a static member whose producer or consumer failed was
+/// replaced: then it must stop, not rejoin, which would take the id back
+/// and fence the successor in turn. A fencing error from the producer
+/// cannot always tell (a transaction open past its timeout, which the
+/// coordinator aborts, is reported the same way; an abort after a refused
+/// produce request can time out instead). The group answers a member whose
+/// `group.instance.id` another member holds with FENCED_INSTANCE_ID, a
+/// fatal error of the consumer, but that member may be this process: a
+/// group loaded again after a broker's restart can hold the instance under
+/// a member id of an earlier membership of this process (librdkafka issue
+/// 3437 reports the same). So the fencing is believed only when the group
+/// lists a member with this instance's client id that this process was
+/// never given; otherwise the process rejoins.
+fn membership_verdict(
+    consumer: &BaseConsumer<EngineContext>,
+    group: &str,
+    client_id: &str,
     wait: Duration,
     reason: String,
 ) -> CommitError {
@@ -316,10 +330,22 @@ fn membership_verdict<C: ConsumerContext>(
     loop {
         if let Some((RDKafkaErrorCode::FencedInstanceId, fenced)) = consumer.client().fatal_error()
         {
-            return CommitError::Fenced(format!(
-                "the group gave this instance's static membership to another consumer ({fenced}) \
-                 after the producer failed: {reason}"
-            ));
+            return match replaced_in_group(consumer, group, client_id, wait) {
+                Some(successor) => CommitError::Fenced(format!(
+                    "the group gave this instance's static membership to another consumer \
+                     ({successor}; {fenced}): {reason}"
+                )),
+                None => {
+                    tracing::warn!(
+                        %fenced,
+                        "The group refused this instance as fenced, but no member but this \
+                         process's own holds its id: rejoining."
+                    );
+                    CommitError::Fatal(format!(
+                        "{reason}; the group refused this instance's earlier membership"
+                    ))
+                }
+            };
         }
         if Instant::now() >= deadline {
             return CommitError::Fatal(reason);
@@ -594,11 +620,12 @@ fn take<'c>(
             polled.push((message.into(), epoch.load(Ordering::Acquire)));
             Ok(true)
         }
-        // A static member replaced by another with the same instance id:
-        // fenced, like the producer.
+        // A static member refused as fenced by another with its instance
+        // id: whether that is another process is the group's to say
+        // (`membership_verdict`).
         Some(Err(KafkaError::MessageConsumptionFatal(RDKafkaErrorCode::FencedInstanceId))) => {
-            Err(RuntimeError::Commit(CommitError::Fenced(
-                "the group gave this instance's static membership to another consumer".into(),
+            Err(RuntimeError::Commit(CommitError::Fatal(
+                "the group refused this static member as fenced".into(),
             )))
         }
         // Fatal: the consumer cannot go on.
@@ -613,6 +640,9 @@ fn take<'c>(
     }
 }
 
+/// The member ids the group gave this process, across its memberships.
+type MemberIds = Arc<Mutex<HashSet<String>>>;
+
 /// The consumer context: owns the engine so rebalance callbacks can
 /// commit and close tasks.
 struct EngineContext {
@@ -622,11 +652,11 @@ struct EngineContext {
     app: String,
     /// Source topic → source name, for lag metrics.
     sources: HashMap<String, String>,
-    /// Every member id the group gave this consumer, at each assignment: a
+    /// Every member id the group gave this process, at each assignment: a
     /// member the group still lists under an old one (a broker back from an
-    /// outage keeps it until its session expires) is this process, not a
-    /// successor.
-    member_ids: Mutex<HashSet<String>>,
+    /// outage keeps it until its session expires, or loads it again) is
+    /// this process, not a successor.
+    member_ids: MemberIds,
 }
 
 impl EngineContext {

@@ -26,7 +26,10 @@
 //! `CHAOS_SECURED=true|false` (the instances over SASL/SCRAM and TLS as a
 //! user with only its ACLs, see [`Kafka::start`]) and `CHAOS_RATE` (input
 //! records a second) scale a run (the long runs in
-//! RELIABILITY.md). The schedule (fault kinds, targets, delays) depends
+//! RELIABILITY.md); `CHAOS_APP_ARGS` adds arguments to every instance's
+//! `streamfold run` (`-X debug=cgrp` traces the group protocol) and
+//! `CHAOS_RUST_LOG` replaces their log filter (`librdkafka=debug` shows
+//! that trace). The schedule (fault kinds, targets, delays) depends
 //! only on the seed; when each fault lands relative to the processing does
 //! not.
 
@@ -427,9 +430,20 @@ impl Instances {
             "STREAMFOLD_STATIC_MEMBERSHIP".into(),
             self.static_membership.to_string(),
         ));
+        if let Ok(filter) = std::env::var("CHAOS_RUST_LOG") {
+            env.push(("RUST_LOG".into(), filter));
+        }
+        // `CHAOS_APP_ARGS` adds arguments to every instance, say
+        // `-X debug=cgrp` to trace the group protocol in a replay.
         let args = threads_of(id)
             .map(|n| format!("--threads={n}"))
             .into_iter()
+            .chain(
+                std::env::var("CHAOS_APP_ARGS")
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .map(String::from),
+            )
             .collect();
         let config = AppConfig {
             topology: self.topology.clone(),
