@@ -453,7 +453,7 @@ fn judge_questions(models: &[Consumed], thanks: &[Consumed], other: &[Consumed],
     }
 }
 
-/// With static membership, the default of the topologies: seed 2 once
+/// With static membership, as docs/kubernetes.md deploys it: seed 2 once
 /// stopped an instance as fenced after the broker's kill -9, refused by
 /// the group for an instance id its own earlier membership held.
 #[test]
@@ -784,7 +784,7 @@ fn judge_payments(balances: &[Consumed], input: &[Event]) {
     }
 }
 
-/// With static membership, the default of the topologies: seed 4 stopped
+/// With static membership, as docs/kubernetes.md deploys it: seed 4 stopped
 /// an instance as fenced after a broker restart, refused by the group for
 /// an instance id its own earlier membership held (librdkafka heartbeats
 /// with the member id it has just reset when the coordinator comes back

@@ -1001,9 +1001,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Fetches the group's committed offsets of new tasks — where
-    /// processing resumes, and the yardstick of the position rule — and
-    /// starts their restore. Not in the assign callback: while a previous
+    /// Fetches the group's committed offsets of new tasks (where
+    /// processing resumes) and starts their restore. Not in the assign callback: while a previous
     /// owner's transaction holding offsets of these partitions is open, the
     /// broker answers "unstable offset" until it ends, which can take
     /// until that owner restarts or the transaction times out. A short

@@ -7,7 +7,7 @@
 //! - [`restore`]: replaying changelogs into a task's store;
 //! - [`connect`]: the first contact, and why it failed;
 //! - [`admin`]: startup checks and topic creation;
-//! - [`changelog`]: the writer chain, the position rule, and what is stored
+//! - [`changelog`]: the stamps on changelog records and what is stored
 //!   with state;
 //! - [`replay`]: `streamfold dlq replay`; [`query`]: interactive queries;
 //! - [`health`] and [`ops_server`]: liveness, readiness and metrics over
