@@ -733,7 +733,13 @@ fn a_restore_waits_for_a_transaction_undecided_on_its_changelog() {
     // Without state: the restore reaches that end.
     std::fs::remove_dir_all(dir.path().join("state")).unwrap();
     let fresh = App::start(&payments_config(dir.path(), &names, "state"), dir.path());
-    std::thread::sleep(Duration::from_secs(8));
+    // It waits, and says so (every 15 s), naming the changelog.
+    let said = fresh.wait_log_lines(
+        "The restore is waiting for a transaction on the changelog",
+        1,
+        Duration::from_secs(60),
+    );
+    assert!(said[0].contains(&changelog), "{said:?}");
     stranger.abort_transaction(Duration::from_secs(30)).unwrap();
 
     pay(&fresh, 400..600);

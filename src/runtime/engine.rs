@@ -184,6 +184,13 @@ fn run_members(
                 tracing::error!(%reason, recent_failures = failures.len(), "The producer is unusable; closing the tasks and rejoining the group.");
                 std::thread::sleep(Duration::from_secs(failures.len() as u64));
             }
+            // Stopping anyway: the open transaction was not committed (the
+            // broker aborts it), and the next owner of its tasks processes
+            // its records again.
+            Err(RuntimeError::Commit(CommitError::Fatal(reason))) => {
+                tracing::warn!(%reason, "Stopping without committing the last transaction; its records are processed again by the next owner of their tasks.");
+                return Ok(());
+            }
             Err(RuntimeError::Commit(CommitError::Fenced(reason))) => {
                 return Err(RuntimeError::Fenced {
                     transactional_id: format!("{}-{}", topology.name, options.instance_id),

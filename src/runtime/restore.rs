@@ -126,7 +126,23 @@ struct Replay {
     /// The offset after the last record applied: saved with the restored
     /// state, and where an interrupted restore resumes.
     resume: i64,
+    /// Since when the replay has been at the end a read_committed reader
+    /// sees, waiting for a transaction the broker has not decided yet.
+    waiting: Option<Waiting>,
 }
+
+/// A replay waiting for a transaction's verdict ([`ChangelogReader::undecided`]).
+struct Waiting {
+    since: Instant,
+    warned: Option<Instant>,
+    position: i64,
+    high: i64,
+}
+
+/// How long a replay waits for a verdict before it says so, and then how
+/// often: a transaction the broker never decides (its coordinator
+/// unavailable) would otherwise hold the task silently.
+const WAITING_WARNING: Duration = Duration::from_secs(15);
 
 /// The event time a changelog record was stamped with, from the first
 /// header of that name. Names are compared as bytes: a changelog topic
@@ -152,7 +168,13 @@ impl ChangelogReader {
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&self.topic, task, Offset::Offset(from))?;
         self.consumer.incremental_assign(&list)?;
-        self.replaying.insert(task, Replay { resume: from });
+        self.replaying.insert(
+            task,
+            Replay {
+                resume: from,
+                waiting: None,
+            },
+        );
         Ok(())
     }
 
@@ -169,6 +191,7 @@ impl ChangelogReader {
         };
         let entry = progress.entry(task).or_default();
         replay.resume = message.offset() + 1;
+        replay.waiting = None;
         if let Some(ts) = event_time(RawHeaders::of_message(message)) {
             entry.event_time = Some(entry.event_time.map_or(ts, |t| t.max(ts)));
         }
@@ -198,7 +221,7 @@ impl ChangelogReader {
     /// verdict: ending here would leave them out of the local state for
     /// good, since the offset saved at the next commit lies past them.
     /// The high watermark is the one of the fetch that reached the end.
-    fn undecided(&self, task: i32) -> bool {
+    fn undecided(&mut self, task: i32) -> bool {
         let Some(high) = cached_high_watermark(&self.consumer, &self.topic, task) else {
             return false;
         };
@@ -213,9 +236,44 @@ impl ChangelogReader {
         };
         if high > position {
             tracing::debug!(changelog = %self.topic, task, position, high, "A transaction on the changelog is not decided yet; the restore waits for it.");
+            if let Some(replay) = self.replaying.get_mut(&task) {
+                let waiting = replay.waiting.get_or_insert(Waiting {
+                    since: Instant::now(),
+                    warned: None,
+                    position,
+                    high,
+                });
+                waiting.position = position;
+                waiting.high = high;
+            }
             return true;
         }
         false
+    }
+
+    /// Says which replays have waited long for a verdict.
+    fn warn_waiting(&mut self) {
+        let now = Instant::now();
+        for (task, replay) in &mut self.replaying {
+            let Some(waiting) = &mut replay.waiting else {
+                continue;
+            };
+            let due = now.duration_since(waiting.since) >= WAITING_WARNING
+                && waiting
+                    .warned
+                    .is_none_or(|at| now.duration_since(at) >= WAITING_WARNING);
+            if due {
+                waiting.warned = Some(now);
+                tracing::warn!(
+                    changelog = %self.topic,
+                    task,
+                    position = waiting.position,
+                    high_watermark = waiting.high,
+                    waited_s = now.duration_since(waiting.since).as_secs(),
+                    "The restore is waiting for a transaction on the changelog that the broker has not decided yet."
+                );
+            }
+        }
     }
 
     /// Stops replaying `task`'s partition; returns where it got to.
@@ -466,6 +524,9 @@ impl Restorer {
             } else {
                 deadline.saturating_duration_since(now).min(WAIT)
             };
+        }
+        for reader in &mut self.readers {
+            reader.warn_waiting();
         }
         for reader in &self.readers {
             let remaining = reader.remaining.0.lock().unwrap_or_else(|e| e.into_inner());
