@@ -1009,11 +1009,12 @@ impl Engine {
     }
 
     /// Fetches the group's committed offsets of new tasks (where
-    /// processing resumes) and starts their restore. Not in the assign callback: while a previous
-    /// owner's transaction holding offsets of these partitions is open, the
-    /// broker answers "unstable offset" until it ends, which can take
-    /// until that owner restarts or the transaction times out. A short
-    /// attempt per round keeps the other tasks processing meanwhile.
+    /// processing resumes) and starts their restore. Not in the assign
+    /// callback: while a previous owner's transaction holding offsets of
+    /// these partitions is open, the broker answers "unstable offset" until
+    /// it ends, which can take until that owner restarts or the transaction
+    /// times out. A short attempt per round keeps the other tasks
+    /// processing meanwhile.
     fn fetch_committed_offsets(
         &mut self,
         consumer: &BaseConsumer<EngineContext>,
