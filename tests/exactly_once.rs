@@ -237,17 +237,10 @@ fn open_folds(state: &StateDump) -> Vec<(String, Value)> {
 /// count here pinpoints the first half; the folded events only show it
 /// after the second).
 fn assert_open_folds(state: &StateDump, events: u64, setup: &Setup, logs: &str) {
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    for (store, entries) in state.iter().filter(|(s, _)| s.ends_with("-open")) {
-        for (key, value) in entries {
-            let fold: Value = serde_json::from_slice(value)
-                .unwrap_or_else(|e| panic!("{store}: an open fold that is not JSON: {e}"));
-            counts.insert(
-                String::from_utf8_lossy(key).into_owned(),
-                fold["count"].as_u64().unwrap_or(0),
-            );
-        }
-    }
+    let counts: BTreeMap<String, u64> = open_folds(state)
+        .into_iter()
+        .map(|(key, fold)| (key, fold["folded_count"].as_u64().unwrap_or(0)))
+        .collect();
     let wrong: BTreeMap<&String, &u64> = counts.iter().filter(|(_, n)| **n != events).collect();
     if counts.len() == ACCOUNTS as usize && wrong.is_empty() {
         return;
