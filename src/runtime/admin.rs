@@ -19,6 +19,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::RuntimeError;
+use super::connect::unanswered;
 use crate::task::limits::{Acceptance, TopicLimits};
 use crate::telemetry;
 use crate::topology::{InternalKind, Topology};
@@ -254,25 +255,6 @@ fn is_transient(error: &RuntimeError) -> bool {
         },
         _ => false,
     }
-}
-
-/// Whether `code` says the broker did not answer now (down, restarting,
-/// unreachable for a moment, a coordinator or controller moving or
-/// loading) rather than what it refuses.
-pub(crate) fn unanswered(code: RDKafkaErrorCode) -> bool {
-    matches!(
-        code,
-        RDKafkaErrorCode::BrokerTransportFailure
-            | RDKafkaErrorCode::AllBrokersDown
-            | RDKafkaErrorCode::OperationTimedOut
-            | RDKafkaErrorCode::RequestTimedOut
-            | RDKafkaErrorCode::NetworkException
-            | RDKafkaErrorCode::NotController
-            | RDKafkaErrorCode::LeaderNotAvailable
-            | RDKafkaErrorCode::CoordinatorNotAvailable
-            | RDKafkaErrorCode::NotCoordinator
-            | RDKafkaErrorCode::CoordinatorLoadInProgress
-    )
 }
 
 /// Checks the cluster and creates what is missing. Missing source topics

@@ -78,7 +78,8 @@ pub(crate) fn base_config(topology: &Topology, options: &RunOptions) -> ClientCo
     // the group consumer can then go a whole session timeout without
     // reaching its coordinator while the producer, reconnected, keeps
     // committing: the group expels the member and hands its partitions on
-    // while it still works (a zombie the broker must fence, DESIGN §9).
+    // while it still works (a zombie the broker must fence, see
+    // docs/exactly-once.md).
     // The Java client's 1 s keeps a member through a short broker outage.
     config.set("reconnect.backoff.max.ms", "1000");
     for (k, v) in &topology.kafka.properties {

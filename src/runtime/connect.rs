@@ -243,6 +243,25 @@ fn closed_hint(config: &ClientConfig, problem: &str) -> Option<String> {
     ))
 }
 
+/// Whether `code` says the broker did not answer now (down, restarting,
+/// unreachable for a moment, a coordinator or controller moving or
+/// loading) rather than what it refuses.
+pub(crate) fn unanswered(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::BrokerTransportFailure
+            | RDKafkaErrorCode::AllBrokersDown
+            | RDKafkaErrorCode::OperationTimedOut
+            | RDKafkaErrorCode::RequestTimedOut
+            | RDKafkaErrorCode::NetworkException
+            | RDKafkaErrorCode::NotController
+            | RDKafkaErrorCode::LeaderNotAvailable
+            | RDKafkaErrorCode::CoordinatorNotAvailable
+            | RDKafkaErrorCode::NotCoordinator
+            | RDKafkaErrorCode::CoordinatorLoadInProgress
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

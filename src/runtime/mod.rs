@@ -3,7 +3,10 @@
 //! shutdown. Only this module talks to Kafka.
 //!
 //! - [`engine`]: the processing loop and rebalance handling;
-//! - [`commit`]: the commit protocol, the only user of transactions;
+//! - [`commit`]: the transactional producer and the commit protocol, the
+//!   only user of transactions;
+//! - [`batch`] and [`threads`]: a task's share of a polled batch, and the
+//!   processing threads that handle the shares;
 //! - [`restore`]: replaying changelogs into a task's store;
 //! - [`connect`]: the first contact, and why it failed;
 //! - [`admin`]: startup checks and topic creation;
@@ -32,7 +35,10 @@ pub mod replay;
 pub mod reset;
 pub(crate) mod restore;
 pub(crate) mod source_watch;
+pub(crate) mod threads;
 pub(crate) mod wire;
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use fetch::RawHeaders;
 use rdkafka::error::KafkaError;
@@ -117,4 +123,12 @@ pub enum RuntimeError {
         transactional_id: String,
         reason: String,
     },
+}
+
+/// The wall clock, in epoch milliseconds: processing time, and the time
+/// answers and broker checks are made at.
+pub(crate) fn wall_clock_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -452,7 +452,7 @@ fn describe(
             // moment) is asked again by the startup checks; anything else
             // ends them with the reason.
             let kind = RDKafkaErrorCode::from(code);
-            if super::admin::unanswered(kind) {
+            if super::connect::unanswered(kind) {
                 return Err(RuntimeError::Kafka(KafkaError::AdminOp(kind)));
             }
             let why = text(rdsys::rd_kafka_event_error_string(event.0.as_ptr()));
@@ -523,7 +523,7 @@ unsafe fn allowed(
             Err::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
             | Err::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED => Allowed::Refused,
             Err::RD_KAFKA_RESP_ERR_NO_ERROR => Allowed::Unknown,
-            code if super::admin::unanswered(RDKafkaErrorCode::from(code)) => {
+            code if super::connect::unanswered(RDKafkaErrorCode::from(code)) => {
                 Allowed::Unanswered(RDKafkaErrorCode::from(code))
             }
             _ => {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::broker::broker;
 use super::metrics::{find_metric, parse_metric};
 use super::netns::Netns;
-use super::process::{process_state, signal};
+use super::process::{process_state, signal, stacks};
 use super::{free_port, unique};
 
 /// `streamfold run` as a child process.
@@ -251,11 +251,13 @@ impl App {
                     );
                     break;
                 }
-                assert!(
-                    Instant::now() < deadline,
-                    "streamfold did not stop within 60s; log:\n{}",
-                    self.log_text()
-                );
+                if Instant::now() >= deadline {
+                    let stacks = stacks(child.id());
+                    panic!(
+                        "streamfold did not stop within 60s; log:\n{}\nits threads:\n{stacks}",
+                        self.log_text()
+                    );
+                }
                 std::thread::sleep(Duration::from_millis(50));
             }
         }

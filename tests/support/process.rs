@@ -84,3 +84,14 @@ pub fn signal(pid: u32, name: &str) {
         .arg(pid.to_string())
         .status();
 }
+
+/// Every thread's stack of process `pid`, from gdb when it is installed:
+/// what a process that does not stop is waiting for. Empty without gdb.
+pub fn stacks(pid: u32) -> String {
+    Command::new("timeout")
+        .args(["60", "gdb", "-p", &pid.to_string(), "-batch", "-nx"])
+        .args(["-ex", "set pagination off", "-ex", "thread apply all bt 40"])
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        .unwrap_or_default()
+}

@@ -2,8 +2,9 @@
 //! API, for the integration tests (`streamfold test` needs none: offline,
 //! schemas come from the topology's files, `Codecs::offline`).
 //!
-//! No Confluent-compatible registry can be installed on our machines
-//! (DESIGN §9), so tests start this one on a free local port:
+//! No Confluent-compatible registry can be installed from the package
+//! registries the test machines reach, so tests start this one on a free
+//! local port:
 //!
 //! ```ignore
 //! use support::registry::SchemaRegistry;

@@ -137,7 +137,7 @@ impl Advertiser {
                     let entry = Endpoint {
                         address: address.clone(),
                         running,
-                        at: crate::runtime::engine::wall_clock_ms(),
+                        at: crate::runtime::wall_clock_ms(),
                     };
                     // Serializing a struct of a string and integers cannot
                     // fail.

@@ -1,0 +1,122 @@
+//! The consumer's context: it owns the [`Engine`], so the rebalance
+//! callbacks librdkafka runs inside `poll` (on the polling thread) open
+//! and close tasks, and it turns the consumer's statistics into lag
+//! gauges.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::topic_partition_list::TopicPartitionList;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Statistics};
+
+use super::Engine;
+use super::membership::{MemberIds, member_id};
+use crate::runtime::RuntimeError;
+use crate::telemetry;
+
+/// The consumer context: owns the engine so rebalance callbacks can
+/// commit and close tasks.
+pub(super) struct EngineContext {
+    pub(super) engine: Mutex<Engine>,
+    /// Rebalance callbacks and rewinds so far: see [`Engine::rewound_at`].
+    pub(super) epoch: Arc<AtomicU64>,
+    pub(super) app: String,
+    /// Source topic → source name, for lag metrics.
+    pub(super) sources: HashMap<String, String>,
+    /// Every member id the group gave this process, at each assignment: a
+    /// member the group still lists under an old one (a broker back from an
+    /// outage keeps it until its session expires, or loads it again) is
+    /// this process, not a successor.
+    pub(super) member_ids: MemberIds,
+}
+
+impl EngineContext {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl ClientContext for EngineContext {
+    fn stats(&self, statistics: Statistics) {
+        for (topic, stats) in &statistics.topics {
+            let node = self
+                .sources
+                .get(topic)
+                .cloned()
+                .unwrap_or_else(|| topic.clone());
+            for (partition, p) in &stats.partitions {
+                if *partition < 0 || p.app_offset < 0 {
+                    continue;
+                }
+                let end = if p.ls_offset >= 0 {
+                    p.ls_offset
+                } else {
+                    p.hi_offset
+                };
+                metrics::gauge!(telemetry::CONSUMER_LAG, "topology" => self.app.clone(), "node" => node.clone(), "partition" => partition.to_string())
+                    .set((end - p.app_offset).max(0) as f64);
+            }
+        }
+    }
+}
+
+impl ConsumerContext for EngineContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let mut engine = self.lock();
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                if let Some(id) = member_id(consumer) {
+                    self.member_ids
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id);
+                }
+                let tasks: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                let full = engine.partitions_of(&tasks);
+                let result = if cooperative {
+                    consumer.incremental_assign(&full)
+                } else {
+                    consumer.assign(&full)
+                };
+                if let Err(e) = result {
+                    engine.fail(RuntimeError::Kafka(e));
+                    return;
+                }
+                engine.assigned(consumer, &tasks);
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let tasks: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                let lost = consumer.assignment_lost();
+                engine.revoked(consumer, &tasks, lost);
+                let full = engine.partitions_of(&tasks);
+                let result = if cooperative {
+                    consumer.incremental_unassign(&full)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = result {
+                    engine.fail(RuntimeError::Kafka(e));
+                }
+            }
+            other => {
+                tracing::error!(error = ?other, "Rebalance failed; dropping the assignment.");
+                let tasks: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                engine.revoked(consumer, &tasks, true);
+                let _ = consumer.unassign();
+            }
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! A polled batch, from messages to produced outputs: each running task
+//! with messages in the batch processes its share on a processing thread
+//! ([`crate::runtime::batch`]); then its sink records, repartition records
+//! and dead letters go out in the open transaction, task by task, in the
+//! order of the messages that made them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{Engine, Slot};
+use crate::formats::Wire;
+use crate::record::{Origin, Record};
+use crate::runtime::batch::{self, Polled, Shared};
+use crate::runtime::commit::{FaultPoint, Produce, Refusal};
+use crate::runtime::{RuntimeError, wire};
+use crate::task::partitioner::partition_for;
+use crate::task::{DeadLetterAt, Output};
+use crate::telemetry::{self, DeadLetterReason};
+
+impl Engine {
+    /// Handles a batch of polled messages: every running task with
+    /// messages in it processes them on a processing thread, then its
+    /// outputs go out in the open transaction, task by task, each
+    /// message's in order.
+    pub(super) fn on_batch(
+        &mut self,
+        polled: &[Polled<'_>],
+        prefetch: Option<impl FnOnce()>,
+    ) -> Result<(), RuntimeError> {
+        self.busy.clear();
+        // Messages come in runs of one topic: its input is looked up by
+        // name once a run, not once a message.
+        let mut last_topic: Option<(*const (), Option<usize>)> = None;
+        for (index, (message, epoch)) in polled.iter().enumerate() {
+            // Fetched before a rewind sought the task back: it comes again.
+            if *epoch < self.rewound_at {
+                continue;
+            }
+            let handle = message.topic_handle();
+            let input = match last_topic {
+                Some((last, input)) if last == handle => input,
+                _ => {
+                    let input = self.input_of(message.topic());
+                    last_topic = Some((handle, input));
+                    input
+                }
+            };
+            let Some(input) = input else {
+                continue;
+            };
+            let Some(slot) = self.tasks.get_mut(&message.partition()) else {
+                continue;
+            };
+            // Fetched before the task's partitions were paused, or before
+            // it started (a prefetch for the task it was before a
+            // rebalance): the task seeks to its committed offsets when it
+            // starts.
+            if !slot.running || *epoch < slot.since {
+                continue;
+            }
+            if slot.scratch.messages.is_empty() {
+                self.busy.push(message.partition());
+            }
+            slot.scratch.messages.push((index, input));
+        }
+        if self.busy.is_empty() {
+            return Ok(());
+        }
+        if let Err(error) = self.cycle.txn.begin() {
+            clear_scratch(&mut self.tasks, &self.busy);
+            return Err(RuntimeError::Commit(error));
+        }
+        let shared = Shared {
+            batch: polled,
+            inputs: &self.inputs,
+            codecs: &self.codecs,
+            now: self.now,
+        };
+        let mut work: Vec<(&i32, &mut Slot)> = self
+            .tasks
+            .iter_mut()
+            .filter(|(_, s)| !s.scratch.messages.is_empty())
+            .collect();
+        crate::runtime::threads::for_each_after(
+            self.pool.as_ref(),
+            &mut work,
+            prefetch,
+            |(id, slot)| {
+                batch::handle(
+                    &shared,
+                    **id,
+                    &mut slot.task,
+                    &mut slot.cursor,
+                    &mut slot.scratch,
+                );
+            },
+        );
+        drop(work);
+        let busy = std::mem::take(&mut self.busy);
+        let result = busy
+            .iter()
+            .try_for_each(|&task| self.produce_batch(task, polled));
+        clear_scratch(&mut self.tasks, &busy);
+        self.busy = busy;
+        result?;
+        self.cycle
+            .txn
+            .fault(FaultPoint::Batch)
+            .map_err(RuntimeError::Commit)
+    }
+
+    /// Sends what task `task` made of its messages of the batch.
+    pub(super) fn produce_batch(
+        &mut self,
+        task: i32,
+        polled: &[Polled<'_>],
+    ) -> Result<(), RuntimeError> {
+        let Some(slot) = self.tasks.get_mut(&task) else {
+            return Ok(());
+        };
+        let mut scratch = std::mem::take(&mut slot.scratch);
+        let handled = scratch.handled.len() as u64;
+        self.consumed_unreported += handled;
+        self.consumed_uncommitted += handled;
+        if let Some(behind) = scratch.behind.take() {
+            let crate::runtime::batch::Behind {
+                topic,
+                offset,
+                position,
+                count: skipped,
+            } = behind;
+            tracing::warn!(task, %topic, offset, position, skipped, "The consumer delivered records behind the task's position again (processed already); skipped them.");
+            // Or the topic is a new one under the old name, whose offsets
+            // start over: its id tells.
+            if let Some(watch) = &self.source_watch {
+                watch.check_now();
+            }
+            metrics::counter!(telemetry::RECORDS_BEHIND, "topology" => self.topology.name.clone())
+                .increment(skipped);
+        }
+        // The handled messages' topics, borrowed while `produce` borrows
+        // the engine.
+        let inputs = Arc::clone(&self.inputs);
+        let mut outputs = scratch.outputs.drain(..);
+        let mut start = 0;
+        let mut result = Ok(());
+        for message in &scratch.handled {
+            let count = message.end - start;
+            start = message.end;
+            // Most records emit nothing (a fold's events until it closes).
+            if count == 0 {
+                continue;
+            }
+            let topic = &inputs[message.input].topic;
+            let origin = wire::origin(&polled[message.index].0, topic, &message.headers);
+            let these = outputs.by_ref().take(count);
+            result = self.produce(task, these, Some(&origin));
+            if result.is_err() {
+                break;
+            }
+        }
+        drop(outputs);
+        if let Some(error) = scratch.error.take() {
+            result = result.and(Err(error));
+        }
+        if let Some(slot) = self.tasks.get_mut(&task) {
+            slot.scratch = scratch;
+        }
+        result
+    }
+
+    /// Sends what task `task` emitted: sink records, repartition records
+    /// and dead letters, inside the open transaction.
+    pub(super) fn produce(
+        &mut self,
+        task: i32,
+        outputs: impl Iterator<Item = Output>,
+        origin: Option<&Origin<'_>>,
+    ) -> Result<(), RuntimeError> {
+        let mut seq = 0u32;
+        for output in outputs {
+            match output {
+                Output::Sink { sink, record } => {
+                    let name = &self.topology.sinks[sink].name;
+                    let Wire { key, payload } = match self.codecs.encode_record(sink, &record) {
+                        Ok(wire) => wire,
+                        Err(reason) => {
+                            let code = DeadLetterReason::Unencodable;
+                            if let Some(slot) = self.tasks.get_mut(&task) {
+                                slot.task.count_dead_letter(DeadLetterAt::Sink(sink), code);
+                            }
+                            let letter =
+                                crate::task::sink_dead_letter(origin, name, code, &reason, &record);
+                            self.send_dead_letter(&letter)?;
+                            continue;
+                        }
+                    };
+                    let produce = Produce {
+                        topic: &self.topology.sinks[sink].config.topic,
+                        partition: None,
+                        key: key.as_deref(),
+                        payload: payload.as_deref(),
+                        headers: &record.headers,
+                        timestamp: Some(record.timestamp),
+                        tracked: 0,
+                    };
+                    if let Err(refusal) = self.cycle.txn.check(&produce) {
+                        let name = name.clone();
+                        let reason = refusal.reason(&format!("the record of sink `{name}`"));
+                        let at = (task, DeadLetterAt::Sink(sink));
+                        self.refused(origin, at, &name, &refusal, &reason, &record)?;
+                        continue;
+                    }
+                    self.cycle.txn.send(produce).map_err(RuntimeError::Commit)?;
+                }
+                Output::Repartition {
+                    node,
+                    input,
+                    mut record,
+                } => {
+                    let payload = wire::write_repartitioned(&mut record, input, origin, seq);
+                    if origin.is_some() {
+                        seq += 1;
+                    }
+                    let key = record.key.as_deref().unwrap_or_default();
+                    let topic = self.topology.nodes[node]
+                        .repartition_topic
+                        .as_deref()
+                        .unwrap_or_default();
+                    let produce = Produce {
+                        topic,
+                        partition: Some(partition_for(key, self.partitions)),
+                        key: Some(key),
+                        payload: Some(&payload),
+                        headers: &record.headers,
+                        timestamp: Some(record.timestamp),
+                        tracked: 0,
+                    };
+                    if let Err(refusal) = self.cycle.txn.check(&produce) {
+                        let name = self.topology.nodes[node].name.clone();
+                        let reason = refusal.reason(&format!("the record for node `{name}`"));
+                        let at = (task, DeadLetterAt::Node(node));
+                        self.refused(origin, at, &name, &refusal, &reason, &record)?;
+                        continue;
+                    }
+                    self.cycle.txn.send(produce).map_err(RuntimeError::Commit)?;
+                }
+                Output::DeadLetter(letter) => self.send_dead_letter(&letter)?,
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn send_dead_letter(
+        &mut self,
+        letter: &crate::task::DeadLetter,
+    ) -> Result<(), RuntimeError> {
+        self.cycle
+            .txn
+            .send_dead_letter(&self.topology.dead_letter_topic, letter)
+            .map_err(RuntimeError::Commit)
+    }
+
+    /// `record`, for sink or node `name` of task `at.0`, is one the broker
+    /// will not take (too large for its topic, or refused for good before):
+    /// it becomes a dead letter (its value as JSON) instead of failing the
+    /// transaction, and the process goes on. Counted with the task's other
+    /// dead letters, at commit.
+    pub(super) fn refused(
+        &mut self,
+        origin: Option<&Origin<'_>>,
+        at: (i32, DeadLetterAt),
+        name: &str,
+        refusal: &Refusal,
+        reason: &str,
+        record: &Record,
+    ) -> Result<(), RuntimeError> {
+        tracing::debug!(node = %name, %reason, "The broker will not take a record; sending it to the dead-letter topic.");
+        if let Refusal::TooLarge(_) = refusal {
+            metrics::counter!(telemetry::RECORDS_TOO_LARGE, "topology" => self.topology.name.clone(), "node" => name.to_string())
+                .increment(1);
+        }
+        let code = refusal.code();
+        if let Some(slot) = self.tasks.get_mut(&at.0) {
+            slot.task.count_dead_letter(at.1, code);
+        }
+        let letter = crate::task::sink_dead_letter(origin, name, code, reason, record);
+        self.send_dead_letter(&letter)
+    }
+}
+
+/// Empties the batch buffers of `busy` tasks, whatever became of their
+/// work: the next batch starts from nothing.
+pub(super) fn clear_scratch(tasks: &mut BTreeMap<i32, Slot>, busy: &[i32]) {
+    for task in busy {
+        if let Some(slot) = tasks.get_mut(task) {
+            slot.scratch.clear();
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! A task from assignment to revocation: its partitions paused and its
+//! RocksDB state opened; the group's committed offsets fetched (where it
+//! resumes); its changelogs restored; then started, sought to those
+//! offsets, and running until it is revoked or lost.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::topic_partition_list::Offset;
+
+use super::context::EngineContext;
+use super::housekeeping::publish_task_metrics;
+use super::{Engine, Slot};
+use crate::runtime::RuntimeError;
+use crate::runtime::batch::Scratch;
+use crate::runtime::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, GAUGES};
+use crate::runtime::commit::{FaultPoint, TaskCursor};
+use crate::state::rocks::RocksBackend;
+use crate::task::{Routing, Task};
+use crate::telemetry;
+
+impl Engine {
+    /// New tasks: open their state, pause their partitions, start
+    /// restoring.
+    pub(super) fn assigned(&mut self, consumer: &BaseConsumer<EngineContext>, tasks: &[i32]) {
+        // A source topic deleted and re-created between two rebalances
+        // comes back as a new assignment: its id tells (the new tasks
+        // restore first, which leaves the watch time to answer).
+        if let Some(watch) = &self.source_watch {
+            watch.check_now();
+        }
+        for &task in tasks {
+            if self.tasks.contains_key(&task) {
+                continue;
+            }
+            if let Err(e) = self.open_task(consumer, task) {
+                self.fail(e);
+                return;
+            }
+        }
+    }
+
+    pub(super) fn open_task(
+        &mut self,
+        consumer: &BaseConsumer<EngineContext>,
+        task: i32,
+    ) -> Result<(), RuntimeError> {
+        let partitions = self.partitions_of(&[task]);
+        consumer.pause(&partitions)?;
+        let mut state_task = self.open_state(task)?;
+        let changelog_offsets = state_task
+            .state()
+            .meta(CHANGELOG_OFFSETS)?
+            .and_then(|b| ChangelogOffsets::decode(&b))
+            .unwrap_or_default();
+        let published = state_task
+            .committed_stats()
+            .map(|(_, s)| s.clone())
+            .collect();
+        let slot = Slot {
+            task: state_task,
+            running: false,
+            since: 0,
+            awaiting_offsets: true,
+            cursor: TaskCursor {
+                positions: vec![None; self.inputs.len()],
+                committed: vec![None; self.inputs.len()],
+                changelog_offsets,
+            },
+            published,
+            scratch: Scratch::default(),
+        };
+        self.tasks.insert(task, slot);
+        self.next_offsets_fetch = Instant::now();
+        Ok(())
+    }
+
+    /// Fetches the group's committed offsets of new tasks (where
+    /// processing resumes) and starts their restore. Not in the assign
+    /// callback: while a previous owner's transaction holding offsets of
+    /// these partitions is open, the broker answers "unstable offset" until
+    /// it ends, which can take until that owner restarts or the transaction
+    /// times out. A short attempt per round keeps the other tasks
+    /// processing meanwhile.
+    pub(super) fn fetch_committed_offsets(
+        &mut self,
+        consumer: &BaseConsumer<EngineContext>,
+    ) -> Result<(), RuntimeError> {
+        let now = Instant::now();
+        if now < self.next_offsets_fetch {
+            return Ok(());
+        }
+        let awaiting: Vec<i32> = self
+            .tasks
+            .iter()
+            .filter(|(_, s)| s.awaiting_offsets)
+            .map(|(t, _)| *t)
+            .collect();
+        if awaiting.is_empty() {
+            return Ok(());
+        }
+        let partitions = self.partitions_of(&awaiting);
+        let list = match consumer.committed_offsets(partitions, Duration::from_millis(500)) {
+            Ok(list) => list,
+            Err(error) => {
+                self.next_offsets_fetch = now + Duration::from_secs(1);
+                if now >= self.next_offsets_warning {
+                    self.next_offsets_warning = now + Duration::from_secs(10);
+                    tracing::warn!(tasks = ?awaiting, %error, "The committed offsets of new tasks are not available yet (a previous owner's transaction may still be open); retrying.");
+                }
+                return Ok(());
+            }
+        };
+        self.cycle.txn.journal_fetched(&list);
+        for task in awaiting {
+            // A partition can come back with an error of its own and no
+            // offset: UNSTABLE_OFFSET_COMMIT, while a previous owner's
+            // transaction holding its offsets is open. librdkafka asks
+            // again until its request times out and hands that answer on
+            // only if the caller still waits then, which these short
+            // questions do not; a partition error of any kind is still
+            // "not known yet", never "nothing committed": starting from
+            // the input's reset would process again what that transaction
+            // covers, over state restored without it.
+            let unanswered: Vec<String> = list
+                .elements()
+                .iter()
+                .filter(|e| e.partition() == task)
+                .filter_map(|e| {
+                    e.error()
+                        .err()
+                        .map(|error| format!("{}: {error}", e.topic()))
+                })
+                .collect();
+            if !unanswered.is_empty() {
+                self.next_offsets_fetch = now + Duration::from_secs(1);
+                if now >= self.next_offsets_warning {
+                    self.next_offsets_warning = now + Duration::from_secs(10);
+                    tracing::warn!(task, errors = ?unanswered, "The committed offsets of new tasks are not available yet (a previous owner's transaction may still be open); retrying.");
+                }
+                continue;
+            }
+            let mut committed = vec![None; self.inputs.len()];
+            for element in list.elements().iter().filter(|e| e.partition() == task) {
+                let Offset::Offset(o) = element.offset() else {
+                    continue;
+                };
+                if let Some(i) = self.input_of(element.topic()) {
+                    committed[i] = Some(o);
+                }
+            }
+            if let Err(error) =
+                self.cycle
+                    .anchor_latest(consumer, task, &mut committed, Duration::from_millis(500))
+            {
+                self.next_offsets_fetch = now + Duration::from_secs(1);
+                tracing::warn!(task, %error, "Cannot read where the inputs end yet (offset_reset: latest); retrying.");
+                continue;
+            }
+            let saved = match self.tasks.get(&task) {
+                Some(slot) => slot.cursor.changelog_offsets.0.clone(),
+                None => continue,
+            };
+            let out_of_range = match self.restorer.out_of_range(
+                task,
+                &saved,
+                Duration::from_millis(500),
+            ) {
+                Ok(out_of_range) => out_of_range,
+                // The broker did not answer (restarting, overloaded): this
+                // task waits for the next round; the others go on.
+                Err(error) => {
+                    self.next_offsets_fetch = now + Duration::from_secs(1);
+                    tracing::warn!(task, %error, "Cannot read the changelogs' offsets yet; retrying.");
+                    continue;
+                }
+            };
+            if !out_of_range.is_empty() {
+                tracing::warn!(
+                    task,
+                    changelogs = ?out_of_range,
+                    "The changelog no longer holds where this task's local state stopped (re-created or \
+                     truncated); wiping the local state and restoring it in full from the earliest offset."
+                );
+                self.wipe_state(task)?;
+            }
+            let Some(slot) = self.tasks.get_mut(&task) else {
+                continue;
+            };
+            slot.awaiting_offsets = false;
+            slot.cursor.positions.clone_from(&committed);
+            slot.cursor.committed = committed;
+            self.restorer.add(task, &slot.cursor.changelog_offsets.0)?;
+        }
+        Ok(())
+    }
+
+    /// The task over its RocksDB state.
+    pub(super) fn open_state(&self, task: i32) -> Result<Task, RuntimeError> {
+        let stores: Vec<String> = self.topology.stores().map(|s| s.name.clone()).collect();
+        let path = self.state_root.join(task.to_string());
+        let mut backend = RocksBackend::open(&path, &stores, &self.rocks)?;
+        if let Some(queries) = &self.queries {
+            // Restoring until the task starts; gone before the database
+            // closes, whatever closes it (revocation, wipe, shutdown).
+            let db = backend.shared();
+            queries.opened(task, Arc::clone(&db));
+            let queries = Arc::clone(queries);
+            backend.on_close(Box::new(move || queries.closing(task, &db)));
+        }
+        let mut task = Task::new(
+            Arc::clone(&self.topology),
+            Box::new(backend),
+            Routing::Partitioned {
+                partition: task,
+                partitions: self.partitions,
+            },
+        )?;
+        task.state().share_cache(Arc::clone(&self.record_cache));
+        Ok(task)
+    }
+
+    /// Replaces a task's local state with an empty one, for a full
+    /// restore.
+    pub(super) fn wipe_state(&mut self, task: i32) -> Result<(), RuntimeError> {
+        let path = self.state_root.join(task.to_string());
+        // The database must be closed before its files go.
+        let fresh = {
+            let Some(slot) = self.tasks.get_mut(&task) else {
+                return Ok(());
+            };
+            let placeholder = Task::new(
+                Arc::clone(&self.topology),
+                Box::new(crate::state::memory::MemoryBackend::new(
+                    self.topology.stores().count(),
+                )),
+                Routing::Direct,
+            )?;
+            drop(std::mem::replace(&mut slot.task, placeholder));
+            std::fs::remove_dir_all(&path).map_err(|e| {
+                RuntimeError::State(crate::state::StateError::Backend(format!(
+                    "cannot remove {}: {e}",
+                    path.display()
+                )))
+            })?;
+            self.open_state(task)?
+        };
+        if let Some(slot) = self.tasks.get_mut(&task) {
+            slot.task = fresh;
+            slot.cursor.changelog_offsets = ChangelogOffsets::default();
+        }
+        Ok(())
+    }
+
+    pub(super) fn start_task(
+        &mut self,
+        consumer: &BaseConsumer<EngineContext>,
+        task: i32,
+    ) -> Result<(), RuntimeError> {
+        let now = self.now;
+        let Some(slot) = self.tasks.get_mut(&task) else {
+            return Ok(());
+        };
+        slot.task.set_processing_time(now);
+        let event_time = slot
+            .task
+            .state()
+            .meta(EVENT_TIME)?
+            .and_then(|b| String::from_utf8(b).ok()?.parse::<i64>().ok());
+        if let Some(ts) = event_time {
+            slot.task.resume_event_time(ts);
+        }
+        let gauges = slot.task.state().meta(GAUGES)?.filter(|b| !b.is_empty());
+        let gauges_counted = slot
+            .task
+            .start(gauges.as_deref())
+            .map_err(|source| RuntimeError::Task { task, source })?;
+        // Consume from exactly the committed offsets the restore was
+        // judged by, not from the consumer's own fetch of them at
+        // assignment: should the two ever differ (a broker that lets a
+        // fenced-out previous owner still commit), starting past what the
+        // restore kept would lose the records in between.
+        self.cycle
+            .seek_to_committed(consumer, task, &mut slot.cursor)?;
+        slot.running = true;
+        slot.since = self.epoch.load(Ordering::Acquire);
+        if let Some(queries) = &self.queries {
+            queries.started(task);
+        }
+        // Its partitions resume once they have their own queues.
+        self.started.push(task);
+        tracing::info!(task, gauges_counted, "Task running.");
+        metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => self.topology.name.clone())
+            .set(self.tasks.values().filter(|s| s.running).count() as f64);
+        Ok(())
+    }
+
+    /// Revoked tasks: commit what they did (unless the assignment was
+    /// lost, when committing would fail) and close them.
+    pub(super) fn revoked(
+        &mut self,
+        consumer: &BaseConsumer<EngineContext>,
+        tasks: &[i32],
+        lost: bool,
+    ) {
+        // Lost partitions cannot be committed: the whole transaction is
+        // abandoned and every task rewound. The lost tasks close right
+        // after, so only the kept ones are sought back.
+        let result = if lost {
+            for task in tasks {
+                if let Some(slot) = self.tasks.get_mut(task) {
+                    slot.running = false;
+                }
+            }
+            self.rewind(consumer)
+        } else {
+            self.commit(consumer)
+        };
+        if let Err(e) = result {
+            self.fail(e);
+        }
+        for task in tasks {
+            if let Some(mut slot) = self.tasks.remove(task) {
+                publish_task_metrics(&self.topology, *task, &mut slot, true);
+                tracing::info!(task, "Task closed.");
+            }
+            if let Err(e) = self.restorer.remove(*task) {
+                self.fail(RuntimeError::Kafka(e));
+            }
+        }
+        metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => self.topology.name.clone())
+            .set(self.tasks.values().filter(|s| s.running).count() as f64);
+    }
+
+    /// The tasks by what they do, for readiness.
+    pub(super) fn task_counts(&self) -> crate::runtime::health::TaskCounts {
+        let mut counts = crate::runtime::health::TaskCounts {
+            assigned: self.tasks.len(),
+            ..Default::default()
+        };
+        for slot in self.tasks.values() {
+            match (slot.running, slot.awaiting_offsets) {
+                (true, _) => counts.running += 1,
+                (false, true) => counts.awaiting_offsets += 1,
+                (false, false) => counts.restoring += 1,
+            }
+        }
+        counts
+    }
+
+    pub(super) fn restore_step(
+        &mut self,
+        consumer: &BaseConsumer<EngineContext>,
+    ) -> Result<(), RuntimeError> {
+        let progress = self.restorer.poll(Duration::from_millis(50))?;
+        for (task, progress) in progress {
+            let Some(slot) = self.tasks.get_mut(&task) else {
+                continue;
+            };
+            slot.cursor.changelog_offsets.0.extend(progress.offsets);
+            let mut meta = vec![(
+                CHANGELOG_OFFSETS.to_string(),
+                slot.cursor.changelog_offsets.encode(),
+            )];
+            // The event clock travels with the changelog: the latest time
+            // stamped on what was applied, never moving back.
+            if let Some(restored) = progress.event_time {
+                let saved = slot
+                    .task
+                    .state()
+                    .meta(EVENT_TIME)?
+                    .and_then(|b| String::from_utf8(b).ok()?.parse::<i64>().ok());
+                if saved.is_none_or(|saved| saved < restored) {
+                    meta.push((EVENT_TIME.to_string(), restored.to_string().into_bytes()));
+                }
+            }
+            if !progress.writes.is_empty() {
+                // The saved gauges no longer describe the stores.
+                meta.push((GAUGES.to_string(), Vec::new()));
+            }
+            slot.task.state().restore(&progress.writes, &meta)?;
+            if !progress.writes.is_empty() {
+                self.cycle
+                    .txn
+                    .fault(FaultPoint::Restore)
+                    .map_err(RuntimeError::Commit)?;
+            }
+            if progress.done {
+                self.start_task(consumer, task)?;
+            }
+        }
+        Ok(())
+    }
+}
