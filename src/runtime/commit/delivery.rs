@@ -1,6 +1,7 @@
 //! The transactional producer's delivery reports: what the broker
 //! acknowledged (the last offset of each tracked partition), what it
-//! refused and why, and the waits for them.
+//! refused and why, and the waits for them; why a record must not be sent
+//! ([`Refusal`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,7 +13,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 
 use crate::runtime::changelog::TXN_HEADER;
-use crate::task::limits::record_size;
+use crate::task::limits::{TooLarge, record_size};
 
 /// librdkafka's `RD_KAFKA_OFFSET_INVALID`: the offset of a delivered
 /// record it does not know.
@@ -199,10 +200,10 @@ pub(super) fn flushing_nap(producer: &BaseProducer<DeliveryContext>) {
 /// `INVALID_DIFFERENT_RECORD`, fine on their own). The causes a topic's
 /// configuration tells (a keyless record for a compacted topic, a
 /// timestamp past its limits) are checked before sending
-/// ([`Acceptance`]); this catches the rest, and a configuration changed
+/// ([`crate::task::limits::Acceptance`]); this catches the rest, and a configuration changed
 /// since startup. (`INVALID_TIMESTAMP` comes back for every record of the
 /// batch, so it cannot name one; records too large are learnt by size,
-/// [`Limits::refused`].)
+/// [`crate::task::limits::Limits::refused`].)
 pub(super) fn refused_for_good(code: RDKafkaErrorCode) -> bool {
     code == RDKafkaErrorCode::InvalidRecord
 }
@@ -229,4 +230,33 @@ pub(super) fn is_fencing(code: RDKafkaErrorCode) -> bool {
             | RDKafkaErrorCode::InvalidProducerEpoch
             | RDKafkaErrorCode::Fenced
     )
+}
+
+/// Why a record must not be sent: it would fail its transaction, and the
+/// transaction's replay again.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Over the producer's or the topic's size limit.
+    TooLarge(TooLarge),
+    /// The broker refused this very record before, for good; the reason is
+    /// the broker's.
+    Refused(String),
+}
+
+impl Refusal {
+    /// The dead-letter reason for `what` (`the record of sink \`x\``).
+    pub(crate) fn reason(&self, what: &str) -> String {
+        match self {
+            Refusal::TooLarge(too_large) => too_large.reason(what),
+            Refusal::Refused(reason) => format!("{what}: {reason}"),
+        }
+    }
+
+    /// The dead-letter reason code.
+    pub(crate) fn code(&self) -> crate::telemetry::DeadLetterReason {
+        match self {
+            Refusal::TooLarge(_) => crate::telemetry::DeadLetterReason::TooLarge,
+            Refusal::Refused(_) => crate::telemetry::DeadLetterReason::RefusedByBroker,
+        }
+    }
 }

@@ -27,7 +27,7 @@
 //!   transaction committed (step 6 follows step 5).
 //! - Every piece of per-task memory (pending writes, the timer cache, the
 //!   event clock, counters) returns to its state at the last commit when a
-//!   transaction aborts ([`Task::abort`]), and the consumer is rewound to
+//!   transaction aborts ([`crate::task::Task::abort`]), and the consumer is rewound to
 //!   the committed positions, so re-consumed records meet exactly the state
 //!   the first attempt met.
 //! - An abortable error anywhere in the cycle (a produce the broker
@@ -63,9 +63,10 @@ mod transactions;
 use std::time::Duration;
 
 pub(crate) use cycle::{CommitCycle, CycleTask, TaskCursor, offsets_list};
+pub(crate) use delivery::Refusal;
 pub(crate) use hooks::Faults;
 pub use hooks::{Fault, FaultAction, FaultPoint, TestHooks};
-pub(crate) use transactions::{Produce, Refusal, Transactions};
+pub(crate) use transactions::{Produce, Transactions};
 
 /// How long a transactional call may take before we give up on it.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);

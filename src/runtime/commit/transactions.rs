@@ -17,13 +17,13 @@ use rdkafka::topic_partition_list::TopicPartitionList;
 
 use crate::runtime::changelog::TXN_HEADER;
 use crate::runtime::{RuntimeError, wall_clock_ms};
-use crate::task::limits::{Acceptance, Limits, TooLarge, TopicLimits, record_size};
+use crate::task::limits::{Acceptance, Limits, TopicLimits, record_size};
 use crate::task::{DeadLetter, dlq_headers};
 use crate::telemetry::CommitPhase;
 
 use super::delivery::{
-    Deliveries, DeliveryContext, NAP, Served, fingerprint, flushing_nap, is_fencing, serve,
-    serve_then_nap,
+    Deliveries, DeliveryContext, NAP, Refusal, Served, fingerprint, flushing_nap, is_fencing,
+    serve, serve_then_nap,
 };
 use super::hooks::{FaultPoint, TestHooks};
 use super::hooks::{Faults, Journal};
@@ -92,35 +92,6 @@ fn init_patiently(
     }
 }
 
-/// Why a record must not be sent: it would fail its transaction, and the
-/// transaction's replay again.
-#[derive(Debug)]
-pub(crate) enum Refusal {
-    /// Over the producer's or the topic's size limit.
-    TooLarge(TooLarge),
-    /// The broker refused this very record before, for good; the reason is
-    /// the broker's.
-    Refused(String),
-}
-
-impl Refusal {
-    /// The dead-letter reason for `what` (`the record of sink \`x\``).
-    pub(crate) fn reason(&self, what: &str) -> String {
-        match self {
-            Refusal::TooLarge(too_large) => too_large.reason(what),
-            Refusal::Refused(reason) => format!("{what}: {reason}"),
-        }
-    }
-
-    /// The dead-letter reason code.
-    pub(crate) fn code(&self) -> crate::telemetry::DeadLetterReason {
-        match self {
-            Refusal::TooLarge(_) => crate::telemetry::DeadLetterReason::TooLarge,
-            Refusal::Refused(_) => crate::telemetry::DeadLetterReason::RefusedByBroker,
-        }
-    }
-}
-
 /// How many refused records a process remembers; past it, the oldest
 /// half is forgotten (a record forgotten and met again costs one more
 /// abort, nothing else).
@@ -151,7 +122,7 @@ impl Transactions {
     /// `topic_limits` are the `max.message.bytes` of the topics it will
     /// write, as far as the cluster reported them: no batch of several
     /// records is made larger than the smallest (`batch.size`), and
-    /// [`Transactions::check_size`] measures records against them.
+    /// [`Transactions::check`] measures records against them.
     ///
     /// A coordinator that does not answer (a broker down, a coordinator
     /// moving) is waited for, however long, until `shutdown` is set.

@@ -306,7 +306,7 @@ struct Engine {
     /// Tasks with work in the current batch or round of timers.
     busy: Vec<i32>,
     /// Tasks started since the main loop last looked: their partitions
-    /// are still paused, waiting for their own queues ([`Queues`]).
+    /// are still paused, waiting for their own queues (`poll::Queues`).
     started: Vec<i32>,
     /// Rebalance callbacks and rewinds so far, shared with the consumer
     /// context.
