@@ -93,9 +93,10 @@ enum Command {
         #[cfg(feature = "fault-injection")]
         #[arg(long, hide = true)]
         txn_journal: Option<PathBuf>,
-        /// Testing aid: inject faults into the commit cycle (and startup),
-        /// `<point>:<abort|fatal|kill|freeze|rewind|offsetless>[@n]`, repeated or comma-separated (points:
-        /// begin, batch, sent, offsets, commit, acked, committed, restore, timers, prepare).
+        /// Testing aid: inject faults into the commit cycle (and startup
+        /// and rebalances), `<point>:<abort|fatal|kill|freeze|rewind|offsetless>[@n]`, repeated or
+        /// comma-separated (points: begin, batch, sent, offsets, commit, acked, committed, restore,
+        /// timers, prepare, revoked).
         #[cfg(feature = "fault-injection")]
         #[arg(long, hide = true, value_delimiter = ',')]
         inject_fault: Vec<streamfold::runtime::commit::Fault>,

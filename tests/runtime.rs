@@ -394,6 +394,67 @@ fn a_second_instance_joining_and_the_first_leaving_mid_stream_changes_nothing() 
     second.stop();
 }
 
+/// A static member killed after a cooperative rebalance took tasks from it
+/// and before it rejoined (the rejoin is what lets the group hand those
+/// tasks to another member), then restarted at once with its id: the group
+/// gives the restarted member its cached assignment without a rebalance,
+/// so unless someone rejoins, the tasks it gave up belong to nobody. Every
+/// partition's input must be committed again, and every fold exact.
+#[test]
+fn a_static_member_killed_while_handing_over_tasks_and_restarted_leaves_no_task_unowned() {
+    let _serial = serial();
+    let names = Names::new("handover");
+    let accounts = 200;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    let dir = temp_dir();
+    let config = |instance: &str| {
+        let mut config = names.app(instance, dir.path().join(format!("state-{instance}")), true);
+        config
+            .env
+            .push(("STREAMFOLD_STATIC_MEMBERSHIP".into(), "true".into()));
+        config
+    };
+    let mut dying = config("a");
+    dying
+        .args
+        .extend(["--inject-fault".into(), "revoked:kill".into()]);
+    let first = App::start(&dying, dir.path());
+    produce_range(&producer, &names.source, 0..total / 2, accounts);
+    wait_committed_to(
+        &first,
+        &names.app,
+        &names.source,
+        &producer.ends(&names.source, 4),
+        Duration::from_secs(120),
+    );
+
+    // A second member joins: the first closes the tasks it gives up and
+    // dies before it rejoins.
+    let second = App::start(&config("b"), dir.path());
+    let (status, log) = first.wait_exit(Duration::from_secs(120));
+    assert!(
+        !status.success() && log.contains("Injected fault: killing the process."),
+        "the first member was to die at its first revocation ({status}); log:\n{log}"
+    );
+    // Restarted at once, well within its session timeout (10 s): the group
+    // still holds its membership and gives it back what it kept.
+    let first = App::start(&config("a"), dir.path());
+    produce_range(&producer, &names.source, total / 2..total, accounts);
+    wait_committed_to(
+        &first,
+        &names.app,
+        &names.source,
+        &producer.ends(&names.source, 4),
+        Duration::from_secs(120),
+    );
+    let outputs = read_folded(&names, accounts);
+    assert_exact(&outputs, accounts);
+    first.stop();
+    second.stop();
+}
+
 /// Folds the first half of `accounts`' events with `config`, runs
 /// `while_first_runs` on that process, stops it, runs `between`, folds the second half with a new process and
 /// checks every account's folds are exact; returns that process, running.

@@ -44,10 +44,14 @@ pub enum FaultPoint {
     /// Startup: the broker has answered; the cluster checks and topic
     /// creation (`admin::prepare`) are next.
     Prepare,
+    /// A cooperative rebalance took tasks from this member and they are
+    /// closed; the member has not rejoined the group yet, so no other
+    /// member has been given them.
+    Revoked,
 }
 
 impl FaultPoint {
-    const ALL: [(FaultPoint, &'static str); 10] = [
+    const ALL: [(FaultPoint, &'static str); 11] = [
         (FaultPoint::Begin, "begin"),
         (FaultPoint::Sent, "sent"),
         (FaultPoint::Offsets, "offsets"),
@@ -58,6 +62,7 @@ impl FaultPoint {
         (FaultPoint::Timers, "timers"),
         (FaultPoint::Batch, "batch"),
         (FaultPoint::Prepare, "prepare"),
+        (FaultPoint::Revoked, "revoked"),
     ];
 
     pub(super) fn name(self) -> &'static str {
@@ -155,6 +160,7 @@ impl FromStr for Fault {
                     | FaultPoint::Committed
                     | FaultPoint::Restore
                     | FaultPoint::Prepare
+                    | FaultPoint::Revoked
             )
         {
             return Err(format!(
@@ -382,6 +388,11 @@ mod tests {
         assert!("committed:abort".parse::<Fault>().is_err());
         assert!("restore:abort".parse::<Fault>().is_err());
         assert!("acked:abort".parse::<Fault>().is_err());
+        assert!("revoked:fatal".parse::<Fault>().is_err());
+        assert_eq!(
+            "revoked:kill".parse::<Fault>().map(|f| f.point),
+            Ok(FaultPoint::Revoked)
+        );
         assert_eq!(
             "begin:offsetless@7".parse::<Fault>().map(|f| f.action),
             Ok(FaultAction::Offsetless)

@@ -4,10 +4,11 @@
 //! gauges.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Statistics};
@@ -15,6 +16,7 @@ use rdkafka::{ClientContext, Statistics};
 use super::Engine;
 use super::membership::{MemberIds, member_id};
 use crate::runtime::RuntimeError;
+use crate::runtime::commit::FaultPoint;
 use crate::telemetry;
 
 /// The consumer context: owns the engine so rebalance callbacks can
@@ -31,11 +33,56 @@ pub(super) struct EngineContext {
     /// outage keeps it until its session expires, or loads it again) is
     /// this process, not a successor.
     pub(super) member_ids: MemberIds,
+    /// The topic the consumer subscribes to, and whether to subscribe to
+    /// it again at the first assignment (see [`EngineContext::rejoin_once`]).
+    pub(super) subscription: String,
+    pub(super) rejoin_at_first_assignment: AtomicBool,
 }
 
 impl EngineContext {
     pub(super) fn lock(&self) -> MutexGuard<'_, Engine> {
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A static member's first cooperative assignment is followed by one
+    /// rejoin, which makes the group rebalance.
+    ///
+    /// In a cooperative rebalance a member gives up tasks first, and only
+    /// its rejoin afterwards lets the leader hand them to another member.
+    /// A static member that dies in between (killed, or stopped while the
+    /// rebalance was under way) and comes back within its session timeout
+    /// is given its cached assignment without a rebalance: the tasks it
+    /// gave up then belong to nobody until the group next rebalances for
+    /// another reason. This process cannot know what its predecessor left
+    /// undone, so it rejoins once; its metadata now names an assignment and
+    /// a generation, which makes the broker rebalance, and the leader
+    /// assigns whatever is unowned. The other members keep their tasks
+    /// (cooperative-sticky).
+    ///
+    /// librdkafka postpones a subscription made during a rebalance (here,
+    /// inside the assign callback, before the assignment is done) and
+    /// rejoins once the assignment is done; made after it, in the steady
+    /// state, the same subscription is no change and no rejoin. Subscribing
+    /// to the same topic changes nothing else.
+    fn rejoin_once(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        cooperative: bool,
+    ) -> Result<(), KafkaError> {
+        // An eager rebalance takes every task and gives them all out in one
+        // round: nothing is left between two rounds.
+        if !self
+            .rejoin_at_first_assignment
+            .swap(false, Ordering::AcqRel)
+            || !cooperative
+        {
+            return Ok(());
+        }
+        tracing::info!(
+            "First assignment of this static member: rejoining once, so that tasks a predecessor \
+             with this instance id gave up and never handed over are assigned."
+        );
+        consumer.subscribe(&[self.subscription.as_str()])
     }
 }
 
@@ -86,11 +133,14 @@ impl ConsumerContext for EngineContext {
                 }
                 let tasks: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
                 let full = engine.partitions_of(&tasks);
-                let result = if cooperative {
-                    consumer.incremental_assign(&full)
-                } else {
-                    consumer.assign(&full)
-                };
+                // Before the assignment is done: see `rejoin_once`.
+                let result = self.rejoin_once(consumer, cooperative).and_then(|()| {
+                    if cooperative {
+                        consumer.incremental_assign(&full)
+                    } else {
+                        consumer.assign(&full)
+                    }
+                });
                 if let Err(e) = result {
                     engine.fail(RuntimeError::Kafka(e));
                     return;
@@ -109,6 +159,10 @@ impl ConsumerContext for EngineContext {
                 };
                 if let Err(e) = result {
                     engine.fail(RuntimeError::Kafka(e));
+                } else if cooperative && !lost && !tasks.is_empty() {
+                    if let Err(e) = engine.cycle.txn.fault(FaultPoint::Revoked) {
+                        engine.fail(RuntimeError::Commit(e));
+                    }
                 }
             }
             other => {

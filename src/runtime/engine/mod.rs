@@ -234,6 +234,8 @@ fn run_member(
     engine.queries = queries;
     engine.source_watch = Some(Arc::clone(source_watch));
     engine.pool = pool;
+    let consumer_config = config::consumer_config(topology, options);
+    let primary = topology.sources[0].config.topic.clone();
     let context = EngineContext {
         epoch: Arc::clone(&engine.epoch),
         engine: Mutex::new(engine),
@@ -244,12 +246,14 @@ fn run_member(
             .map(|s| (s.config.topic.clone(), s.name.clone()))
             .collect(),
         member_ids: Arc::clone(member_ids),
+        subscription: primary.clone(),
+        rejoin_at_first_assignment: AtomicBool::new(
+            consumer_config.get("group.instance.id").is_some(),
+        ),
     };
-    let consumer_config = config::consumer_config(topology, options);
     let verdict_wait = membership_verdict_wait(&consumer_config);
     let consumer: Arc<BaseConsumer<EngineContext>> =
         Arc::new(consumer_config.create_with_context(context)?);
-    let primary = topology.sources[0].config.topic.clone();
     consumer.subscribe(&[primary.as_str()])?;
 
     let result = main_loop(&consumer, shutdown);
