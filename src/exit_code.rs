@@ -81,16 +81,22 @@ impl ExitClass {
             RuntimeError::Unreachable { .. } => ExitClass::BrokerUnavailable,
             RuntimeError::Authentication { .. }
             | RuntimeError::Tls { .. }
-            | RuntimeError::Startup(_)
+            | RuntimeError::Cluster(_)
+            | RuntimeError::Settings(_)
+            | RuntimeError::Format(_)
+            | RuntimeError::Listen { .. }
             | RuntimeError::SourceReplaced { .. }
             | RuntimeError::NotAuthorized { .. } => ExitClass::Configuration,
-            RuntimeError::Kafka(error) => ExitClass::of_kafka(error),
+            RuntimeError::Kafka(error) | RuntimeError::Producer(error) => {
+                ExitClass::of_kafka(error)
+            }
             RuntimeError::Fenced { .. } | RuntimeError::Commit(CommitError::Fenced(_)) => {
                 ExitClass::Fenced
             }
-            RuntimeError::State(_) | RuntimeError::Task { .. } | RuntimeError::Commit(_) => {
-                ExitClass::Failure
-            }
+            RuntimeError::State(_)
+            | RuntimeError::Task { .. }
+            | RuntimeError::Commit(_)
+            | RuntimeError::Resources { .. } => ExitClass::Failure,
         }
     }
 
@@ -156,8 +162,27 @@ mod tests {
         };
         assert_eq!(ExitClass::of_runtime(&fenced), ExitClass::Fenced);
         assert_eq!(
-            ExitClass::of_runtime(&RuntimeError::Startup("missing topics".into())),
+            ExitClass::of_runtime(&RuntimeError::Cluster("missing topics".into())),
             ExitClass::Configuration
+        );
+        let taken = RuntimeError::Listen {
+            addr: ([127, 0, 0, 1], 9).into(),
+            what: "the query server",
+            source: std::io::ErrorKind::AddrInUse.into(),
+        };
+        assert_eq!(ExitClass::of_runtime(&taken), ExitClass::Configuration);
+        // This host's limits are no fault of the configuration.
+        let no_threads = RuntimeError::Resources {
+            what: "the admin runtime".into(),
+            source: std::io::ErrorKind::OutOfMemory.into(),
+        };
+        assert_eq!(ExitClass::of_runtime(&no_threads), ExitClass::Failure);
+        // A producer that could not start is classed by its Kafka error.
+        let unreachable =
+            RuntimeError::Producer(KafkaError::MetadataFetch(RDKafkaErrorCode::AllBrokersDown));
+        assert_eq!(
+            ExitClass::of_runtime(&unreachable),
+            ExitClass::BrokerUnavailable
         );
         let down = RuntimeError::Kafka(KafkaError::MetadataFetch(RDKafkaErrorCode::AllBrokersDown));
         assert_eq!(ExitClass::of_runtime(&down), ExitClass::BrokerUnavailable);

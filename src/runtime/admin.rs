@@ -109,7 +109,7 @@ fn missing_sources_error(topology: &Topology, missing: &[&str], servers: &str) -
     } else {
         ", or set `kafka.wait_for_sources: true` to wait for it"
     };
-    RuntimeError::Startup(format!(
+    RuntimeError::Cluster(format!(
         "source topic {} does not exist on {servers}; create it first{wait_hint}",
         named.join(", ")
     ))
@@ -278,7 +278,7 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
         .collect();
     // `check` refuses a topology without sources; say so rather than index.
     let Some(&(_, partitions)) = counts.first() else {
-        return Err(RuntimeError::Startup(
+        return Err(RuntimeError::Settings(
             "the topology has no source to read".into(),
         ));
     };
@@ -287,7 +287,7 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
             .iter()
             .map(|(t, n)| format!("`{t}` has {n}"))
             .collect();
-        return Err(RuntimeError::Startup(format!(
+        return Err(RuntimeError::Cluster(format!(
             "source topics must have the same number of partitions (records of a key meet in one task only if they are co-partitioned): {}",
             list.join(", ")
         )));
@@ -298,7 +298,7 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
         let wanted = partitions;
         match existing.get(&internal.name) {
             Some(&n) if n != wanted && internal.kind != InternalKind::DeadLetter => {
-                return Err(RuntimeError::Startup(format!(
+                return Err(RuntimeError::Cluster(format!(
                     "internal topic `{}` has {n} partitions but the sources have {wanted}; delete it (its data is derived) or fix the sources",
                     internal.name
                 )));
@@ -332,7 +332,7 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
             continue;
         }
         if !sink.config.create {
-            return Err(RuntimeError::Startup(format!(
+            return Err(RuntimeError::Cluster(format!(
                 "sink `{}` writes topic `{}`, which does not exist on {servers}; create it or set `create: true` on the sink",
                 sink.name, sink.config.topic
             )));
@@ -418,7 +418,10 @@ fn describe_topics(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| RuntimeError::Startup(format!("cannot start the admin runtime: {e}")))?;
+        .map_err(|source| RuntimeError::Resources {
+            what: "the admin runtime".into(),
+            source,
+        })?;
     let resources: Vec<ResourceSpecifier<'_>> = topics
         .iter()
         .map(|t| ResourceSpecifier::Topic(t.as_str()))
@@ -478,7 +481,10 @@ fn create_topics(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| RuntimeError::Startup(format!("cannot start the admin runtime: {e}")))?;
+        .map_err(|source| RuntimeError::Resources {
+            what: "the admin runtime".into(),
+            source,
+        })?;
     let options = AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT));
     let results = runtime.block_on(admin.create_topics(&new_topics, &options))?;
     for (result, creation) in results.into_iter().zip(create) {
@@ -493,7 +499,7 @@ fn create_topics(
                 {
                     return Err(refused);
                 }
-                return Err(RuntimeError::Startup(format!(
+                return Err(RuntimeError::Cluster(format!(
                     "cannot create topic `{name}` ({}): {code}",
                     creation.why
                 )));
@@ -520,7 +526,7 @@ fn wait_for_topics(
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(RuntimeError::Startup(format!(
+            return Err(RuntimeError::Cluster(format!(
                 "created topics do not show up in the cluster metadata: {}",
                 pending.join(", ")
             )));
@@ -557,7 +563,7 @@ pub(crate) fn refuse_uncompacted_changelogs(
     if refused.is_empty() {
         return Ok(());
     }
-    Err(RuntimeError::Startup(format!(
+    Err(RuntimeError::Cluster(format!(
         "changelog topics must be compacted only, or retention deletes state a restore needs: {}. \
          Fix each with `kafka-configs.sh --bootstrap-server <servers> --alter --entity-type topics \
          --entity-name <topic> --add-config cleanup.policy=compact` and start again.",
@@ -598,6 +604,6 @@ mod tests {
                 code
             ))));
         }
-        assert!(!is_transient(&RuntimeError::Startup("no".into())));
+        assert!(!is_transient(&RuntimeError::Cluster("no".into())));
     }
 }

@@ -108,7 +108,7 @@ pub fn check_cluster(
     }
     match refuse_uncompacted_changelogs(&admin, &changelogs) {
         Ok(()) => {}
-        Err(RuntimeError::Startup(problem)) => report.problems.push(problem),
+        Err(RuntimeError::Cluster(problem)) => report.problems.push(problem),
         Err(other) => return Err(other),
     }
     Ok(report)

@@ -134,7 +134,7 @@ pub fn verify(config: &ClientConfig) -> Result<(), RuntimeError> {
     }
     let client: BaseProducer<Watch> = watched
         .create_with_context(Watch::default())
-        .map_err(|e| RuntimeError::Startup(format!("cannot create a Kafka client: {e}")))?;
+        .map_err(|e| RuntimeError::Settings(format!("cannot create a Kafka client: {e}")))?;
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     loop {
         let attempt = client.client().fetch_metadata(None, STEP);

@@ -99,11 +99,41 @@ pub enum RuntimeError {
         /// Each operation refused, with its resource and why it is needed.
         missing: String,
     },
-    /// The cluster does not fit the topology (missing or mismatched topics).
+    /// The cluster does not fit the topology, or would not be made to fit
+    /// it: a missing or mismatched topic, a topic it refused to create or
+    /// delete, a changelog that is not compacted.
     #[error("{0}")]
-    Startup(String),
+    Cluster(String),
+    /// A setting cannot work as given (librdkafka refused a property, a
+    /// query address other instances cannot reach).
+    #[error("{0}")]
+    Settings(String),
+    /// A source or sink format cannot be set up (a schema, a registry).
+    #[error(transparent)]
+    Format(#[from] crate::formats::FormatError),
+    /// An address to listen on is taken or not this host's.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        /// What would have listened there.
+        what: &'static str,
+        source: std::io::Error,
+    },
+    /// The process could not start a thread or a runtime it needs (this
+    /// host's limits).
+    #[error("cannot start {what}: {source}")]
+    Resources {
+        what: String,
+        source: std::io::Error,
+    },
+    /// The transactional producer could not start (its id refused, the
+    /// transaction coordinator unreachable).
+    #[error("cannot start the transactional producer: {0}")]
+    Producer(KafkaError),
+    /// A Kafka client call failed.
     #[error("Kafka: {0}")]
     Kafka(#[from] KafkaError),
+    /// A task's local state could not be opened, read or written.
     #[error("state: {0}")]
     State(#[from] StateError),
     /// A task stopped on an internal error.
@@ -112,6 +142,8 @@ pub enum RuntimeError {
         task: i32,
         source: crate::task::TaskError,
     },
+    /// A transaction could not be committed: see [`commit::CommitError`]
+    /// for what each case means for the tasks.
     #[error("commit: {0}")]
     Commit(commit::CommitError),
     /// Another process started with this instance's id and took over.

@@ -378,7 +378,7 @@ fn describe(
         return Ok(out);
     }
     let failed =
-        |why: String| RuntimeError::Startup(format!("cannot ask Kafka for permissions: {why}"));
+        |why: String| RuntimeError::Settings(format!("cannot ask Kafka for permissions: {why}"));
     let c_names: Vec<CString> = names
         .iter()
         .map(|n| CString::new(*n).map_err(|e| failed(e.to_string())))

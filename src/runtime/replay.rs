@@ -99,7 +99,7 @@ pub fn replay(
         .first()
         .map_or(0, |t| t.partitions().len() as i32);
     if partitions == 0 {
-        return Err(RuntimeError::Startup(format!(
+        return Err(RuntimeError::Cluster(format!(
             "the dead-letter topic `{topic}` does not exist on {servers}"
         )));
     }
@@ -258,9 +258,9 @@ fn commit(
         Ok(_) => Ok(()),
         Err(CommitError::Aborted(reason)) => {
             let _ = txn.abort();
-            Err(RuntimeError::Startup(format!(
-                "the replay transaction aborted ({reason}); nothing from it was sent, run the replay again"
-            )))
+            Err(RuntimeError::Commit(CommitError::Aborted(format!(
+                "{reason}; nothing of the replay was sent, run it again"
+            ))))
         }
         Err(fatal) => Err(RuntimeError::Commit(fatal)),
     }

@@ -205,13 +205,16 @@ pub fn reset(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| RuntimeError::Startup(format!("cannot start the admin runtime: {e}")))?;
+        .map_err(|source| RuntimeError::Resources {
+            what: "the admin runtime".into(),
+            source,
+        })?;
     let admin_options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
     if !plan.delete_topics.is_empty() {
         let names: Vec<&str> = plan.delete_topics.iter().map(String::as_str).collect();
         for result in runtime.block_on(admin.delete_topics(&names, &admin_options))? {
             if let Err((topic, code)) = result {
-                return Err(RuntimeError::Startup(format!(
+                return Err(RuntimeError::Cluster(format!(
                     "cannot delete topic `{topic}`: {code}"
                 ))
                 .into());
@@ -227,7 +230,7 @@ pub fn reset(
             Ok(_) => {}
             Err((_, rdkafka::types::RDKafkaErrorCode::GroupIdNotFound)) => {}
             Err((group, code)) => {
-                return Err(RuntimeError::Startup(format!(
+                return Err(RuntimeError::Cluster(format!(
                     "cannot delete the group `{group}`: {code}"
                 ))
                 .into());
@@ -324,7 +327,7 @@ fn wait_until_gone(
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(RuntimeError::Startup(format!(
+            return Err(RuntimeError::Cluster(format!(
                 "the cluster still lists {left:?} a minute after deleting them"
             ))
             .into());

@@ -72,7 +72,7 @@ impl SourceWatch {
                     std::thread::sleep(Duration::from_secs(1));
                 }
                 Err(reason) => {
-                    return Err(RuntimeError::Startup(format!(
+                    return Err(RuntimeError::Cluster(format!(
                         "cannot read the source topics' ids: {reason}"
                     )));
                 }
@@ -85,7 +85,7 @@ impl SourceWatch {
                     baseline.insert(topic.clone(), id.clone());
                 }
                 _ => {
-                    return Err(RuntimeError::Startup(format!(
+                    return Err(RuntimeError::Cluster(format!(
                         "source topic `{topic}` does not exist"
                     )));
                 }
@@ -96,7 +96,10 @@ impl SourceWatch {
         std::thread::Builder::new()
             .name("source-watch".into())
             .spawn(move || watch(&client, &baseline, &nudged, &judged))
-            .map_err(|e| RuntimeError::Startup(format!("cannot start the source watch: {e}")))?;
+            .map_err(|source| RuntimeError::Resources {
+                what: "the source watch".into(),
+                source,
+            })?;
         Ok(SourceWatch {
             nudge,
             verdict: Mutex::new(verdict),

@@ -81,8 +81,9 @@ pub(crate) fn pool(threads: usize, app: &str) -> Result<Option<rayon::ThreadPool
         .thread_name(move |i| format!("{app}-processing-{i}"))
         .build()
         .map(Some)
-        .map_err(|e| {
-            RuntimeError::Startup(format!("cannot start {threads} processing threads: {e}"))
+        .map_err(|e| RuntimeError::Resources {
+            what: format!("{threads} processing threads"),
+            source: std::io::Error::other(e),
         })
 }
 

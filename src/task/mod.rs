@@ -82,6 +82,7 @@ pub enum TaskError {
     /// An operator reported an internal error.
     #[error("node `{node}`: {message}")]
     Operator { node: String, message: String },
+    /// The task's state failed.
     #[error(transparent)]
     State(#[from] StateError),
 }

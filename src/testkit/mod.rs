@@ -56,18 +56,23 @@ pub const VIRTUAL_EPOCH: Timestamp = 1_735_689_600_000;
 /// Problems with the cases themselves (not mismatches).
 #[derive(Debug, thiserror::Error)]
 pub enum TestkitError {
+    /// A case file is unusable as a whole (unreadable, no topology).
     #[error("{path}: {message}")]
     Case { path: String, message: String },
+    /// A line of a case file is unusable.
     #[error("{path}:{line}: {message}")]
     Line {
         path: String,
         line: usize,
         message: String,
     },
+    /// The topology stopped on an internal error.
     #[error("the topology stopped: {0}")]
     Task(#[from] TaskError),
+    /// The in-memory state failed.
     #[error("state: {0}")]
     State(#[from] StateError),
+    /// A format of the topology cannot be set up.
     #[error("formats: {0}")]
     Format(#[from] crate::formats::FormatError),
 }
@@ -344,9 +349,13 @@ fn parse_step(step: &Value) -> Result<Step, String> {
     }))
 }
 
+/// Why the offline driver stopped a case.
 enum DriverError {
+    /// The case's fixture is unusable (an input it cannot encode).
     Fixture(String),
+    /// The topology stopped on an internal error.
     Task(TaskError),
+    /// The in-memory state failed.
     State(StateError),
 }
 

@@ -156,7 +156,7 @@ impl Transactions {
             .as_deref()
             .map(Journal::open)
             .transpose()
-            .map_err(RuntimeError::Startup)?;
+            .map_err(RuntimeError::Settings)?;
         let producer: BaseProducer<DeliveryContext> =
             config.create_with_context(DeliveryContext {
                 deliveries: Mutex::new(Deliveries::default()),

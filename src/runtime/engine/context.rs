@@ -159,10 +159,12 @@ impl ConsumerContext for EngineContext {
                 };
                 if let Err(e) = result {
                     engine.fail(RuntimeError::Kafka(e));
-                } else if cooperative && !lost && !tasks.is_empty() {
-                    if let Err(e) = engine.cycle.txn.fault(FaultPoint::Revoked) {
-                        engine.fail(RuntimeError::Commit(e));
-                    }
+                } else if cooperative
+                    && !lost
+                    && !tasks.is_empty()
+                    && let Err(e) = engine.cycle.txn.fault(FaultPoint::Revoked)
+                {
+                    engine.fail(RuntimeError::Commit(e));
                 }
             }
             other => {

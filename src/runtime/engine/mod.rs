@@ -209,8 +209,9 @@ fn run_member(
         shutdown,
     )
     .map_err(|e| {
-        super::permissions::transactional_id_refused(&producer_config, &e).unwrap_or_else(|| {
-            RuntimeError::Startup(format!("cannot start the transactional producer: {e}"))
+        super::permissions::transactional_id_refused(&producer_config, &e).unwrap_or(match e {
+            RuntimeError::Kafka(kafka) => RuntimeError::Producer(kafka),
+            other => other,
         })
     })?;
     tracing::info!(run = %txn.run_id(), "Producer ready; joining the group.");
@@ -224,7 +225,7 @@ fn run_member(
         &topology.name,
         &changelogs,
     )?;
-    let codecs = Codecs::new(topology).map_err(|e| RuntimeError::Startup(e.to_string()))?;
+    let codecs = Codecs::new(topology)?;
     let threads = options
         .threads
         .unwrap_or_else(|| topology.processing.threads());

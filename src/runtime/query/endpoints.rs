@@ -85,14 +85,17 @@ pub(crate) fn ensure_topic(config: &ClientConfig, app: &str) -> Result<(), Runti
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| RuntimeError::Startup(format!("cannot start the admin runtime: {e}")))?;
+        .map_err(|source| RuntimeError::Resources {
+            what: "the admin runtime".into(),
+            source,
+        })?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     for result in runtime.block_on(admin.create_topics(&[new], &options))? {
         match result {
             Ok(_) => tracing::info!(topic = %name, "Created the query endpoints topic."),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((name, code)) => {
-                return Err(RuntimeError::Startup(format!(
+                return Err(RuntimeError::Cluster(format!(
                     "cannot create topic `{name}` (query endpoints): {code}"
                 )));
             }
@@ -180,7 +183,10 @@ impl Advertiser {
                 publish(Vec::new());
                 let _ = producer.flush(Duration::from_secs(5));
             })
-            .map_err(|e| RuntimeError::Startup(format!("cannot start a thread: {e}")))?;
+            .map_err(|source| RuntimeError::Resources {
+                what: "the query endpoints' advertiser".into(),
+                source,
+            })?;
         Ok(Advertiser {
             stop,
             thread: Some(thread),

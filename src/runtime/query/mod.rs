@@ -273,7 +273,7 @@ impl Queries {
         {
             Some(address) => address.clone(),
             None if server.addr.ip().is_unspecified() => {
-                return Err(RuntimeError::Startup(format!(
+                return Err(RuntimeError::Settings(format!(
                     "the query address {addr} is a wildcard address other instances cannot reach; set --query-advertised-addr HOST:PORT (or queries.advertised_addr)"
                 )));
             }

@@ -86,8 +86,10 @@ pub struct QueryServer {
 
 impl QueryServer {
     pub fn start(addr: SocketAddr, context: Context) -> Result<QueryServer, RuntimeError> {
-        let startup = |e: std::io::Error| {
-            RuntimeError::Startup(format!("cannot serve queries on {addr}: {e}"))
+        let startup = |source: std::io::Error| RuntimeError::Listen {
+            addr,
+            what: "the query server",
+            source,
         };
         let listener = std::net::TcpListener::bind(addr).map_err(startup)?;
         listener.set_nonblocking(true).map_err(startup)?;
