@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::json;
-use streamfold::formats::json as json_format;
 use streamfold::formats::{CodecError, Codecs};
+use streamfold::record::json as json_format;
 use streamfold::record::{Origin, Record};
 use streamfold::state::memory::MemoryBackend;
 use streamfold::task::{Routing, Task};

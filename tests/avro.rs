@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use streamfold::formats::avro::{self, AvroSchema, read_schema_file};
-use streamfold::formats::{Codecs, FormatError, json as json_format};
+use streamfold::config::types::HumanDuration;
+use streamfold::formats::{Codecs, FormatError};
 use streamfold::record::ErrorClass;
+use streamfold::record::avro::{self, AvroSchema, read_schema_file};
+use streamfold::record::json as json_format;
 use streamfold::testkit::Driver;
-use streamfold::topology::types::HumanDuration;
 use streamfold::topology::{Topology, load_str};
 
 mod support;

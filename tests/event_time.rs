@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use streamfold::config::types::HumanDuration;
 use streamfold::testkit::Driver;
-use streamfold::topology::{self, types::HumanDuration};
+use streamfold::topology;
 
 const TOPOLOGY: &str = "
 name: event-time

@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use streamfold::config::types::HumanDuration;
 use streamfold::testkit::Driver;
-use streamfold::topology::{self, Topology, types::HumanDuration};
+use streamfold::topology::{self, Topology};
 
 const ORDER_FREE: &str = "
 name: props

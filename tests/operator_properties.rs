@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use streamfold::config::types::HumanDuration;
 use streamfold::testkit::{Driver, VIRTUAL_EPOCH};
-use streamfold::topology::{self, Topology, types::HumanDuration};
+use streamfold::topology::{self, Topology};
 
 fn topology(text: &str) -> Arc<Topology> {
     Arc::new(

@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 use serde_json::{Value, json};
+use streamfold::config::types::HumanDuration;
 use streamfold::testkit::Driver;
 use streamfold::topology::describe::{DescribeFormat, describe};
 use streamfold::topology::load_str;
-use streamfold::topology::types::HumanDuration;
 
 // ---------------------------------------------------------------------------
 // A YAML tree and its text.

@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use streamfold::config::types::HumanDuration;
 use streamfold::testkit::{Driver, VIRTUAL_EPOCH};
-use streamfold::topology::{self, Topology, types::HumanDuration};
+use streamfold::topology::{self, Topology};
 
 const SIZE: i64 = 10_000;
 const ADVANCE: i64 = 4_000;

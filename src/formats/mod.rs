@@ -20,18 +20,17 @@
 
 pub(crate) mod registry;
 
-pub use crate::record::{avro, json};
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
 use serde_json::Value;
 
-use self::avro::AvroSchema;
 use self::registry::{
     Backoff, LocalSchemas, RECORD_RETRY, RegistryClient, SETUP_RETRY, SchemaSource, subject,
 };
+use crate::record::avro::{self, AvroSchema};
+use crate::record::json;
 use crate::record::{ErrorClass, Record, Timestamp};
 use crate::telemetry::DeadLetterReason;
 use crate::topology::Topology;

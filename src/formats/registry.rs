@@ -26,7 +26,7 @@ use schema_registry_converter::schema_registry_common::{
 };
 
 use super::CodecError;
-use super::avro::AvroSchema;
+use crate::record::avro::AvroSchema;
 use crate::topology::model::{RetryConfig, SchemaRegistryConfig};
 
 /// How often, and how patiently, to try a registry that does not answer.

@@ -16,7 +16,8 @@
 
 use super::fetch::Fetched;
 
-use crate::formats::{CodecError, json};
+use crate::formats::CodecError;
+use crate::record::json;
 use crate::record::{Origin, Record, Timestamp};
 use crate::task::Upstream;
 

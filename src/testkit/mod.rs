@@ -40,7 +40,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::formats::{Codecs, Wire, json};
+use crate::config::types::HumanDuration;
+use crate::formats::{Codecs, Wire};
+use crate::record::json;
 use crate::record::{Origin, Timestamp};
 use crate::state::StateError;
 use crate::state::memory::MemoryBackend;
@@ -48,7 +50,6 @@ use crate::task::limits::{Limits, record_size};
 use crate::task::{DeadLetterAt, Output, Routing, Task, TaskError, sink_dead_letter};
 use crate::telemetry::{DeadLetterReason, NodeCounter, NodeStats};
 use crate::topology::Topology;
-use crate::topology::types::HumanDuration;
 
 /// Where the virtual clock starts: 2025-01-01T00:00:00Z.
 pub const VIRTUAL_EPOCH: Timestamp = 1_735_689_600_000;
@@ -292,7 +293,7 @@ fn parse_step(step: &Value) -> Result<Step, String> {
         "headers",
     ];
     if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(crate::topology::de::unknown_name("field", unknown, FIELDS));
+        return Err(crate::config::de::unknown_name("field", unknown, FIELDS));
     }
     let topic = object
         .get("topic")
@@ -702,7 +703,7 @@ fn read_expected(path: &Path) -> Result<Vec<Expected>, TestkitError> {
             serde_json::from_str(trimmed).map_err(|e| error(format!("not a JSON object: {e}")))?;
         const FIELDS: &[&str] = &["key", "value", "raw", "headers", "timestamp"];
         if let Some(unknown) = record.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-            return Err(error(crate::topology::de::unknown_name(
+            return Err(error(crate::config::de::unknown_name(
                 "field", unknown, FIELDS,
             )));
         }

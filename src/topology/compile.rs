@@ -6,13 +6,13 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path as FsPath;
 
-use super::de::{self, Path, unknown_name};
 use super::model::{self, Format, KafkaConfig, KeyFormat};
-use super::types::InputRef;
-use super::yaml::{Kind, Node as YamlNode};
 use super::{
     InternalKind, Loader, Node, Parsed, Sink, Source, StoreDef, Target, Topology, Upstream,
 };
+use crate::config::de::{self, Path, unknown_name};
+use crate::config::types::InputRef;
+use crate::config::yaml::{Kind, Node as YamlNode};
 use crate::operators::registry::{Issue, NodeInfo};
 
 impl Loader {

@@ -20,19 +20,15 @@ pub mod describe;
 pub mod model;
 pub(crate) mod security;
 
-/// The configuration language, where it used to live (`topology::de`,
-/// `topology::types`, `topology::yaml`).
-pub use crate::config::{de, types, yaml};
-
 use std::fmt;
 use std::path::Path as FsPath;
 
-use de::{DeError, Path, from_node, unknown_name};
+use crate::config::de::{DeError, Path, from_node, unknown_name};
+use crate::config::yaml::{self, Kind, Node as YamlNode, Pos};
 use model::{
     DeadLetterConfig, KafkaConfig, NODE_COMMON_FIELDS, NodeCommon, ProcessingConfig, QueriesConfig,
     SchemaRegistryConfig, SinkConfig, SourceConfig, StateConfig,
 };
-use yaml::{Kind, Node as YamlNode, Pos};
 
 use crate::operators::registry::{NodeInfo, NodeKind};
 pub(crate) use crate::state::StoreDef;

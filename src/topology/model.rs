@@ -12,7 +12,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::types::{HumanBytes, HumanDuration, Inputs, JsonPointer};
+use crate::config::types::{HumanBytes, HumanDuration, Inputs, JsonPointer};
 use crate::operators::registry::NodeKind;
 use crate::secrets::Secret;
 use crate::state::rocks::RocksResources;
