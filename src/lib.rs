@@ -20,7 +20,7 @@
 //!   [`topology::describe`], the configuration value types
 //!   ([`config::types::HumanDuration`]) and the YAML reader;
 //! - running them: [`runtime::engine::run`] with
-//!   [`runtime::config::RunOptions`], [`runtime::replay::replay`] (`dlq
+//!   [`runtime::settings::RunOptions`], [`runtime::replay::replay`] (`dlq
 //!   replay`), the metrics exporter ([`runtime::metrics`]), the query
 //!   server ([`runtime::query`]), and the commit cycle's test hooks
 //!   ([`runtime::commit::TestHooks`]: faults and the journal);

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use streamfold::exit_code::ExitClass;
 use streamfold::runtime::RuntimeError;
-use streamfold::runtime::config::{RunOptions, default_instance_id};
+use streamfold::runtime::settings::{RunOptions, default_instance_id};
 use streamfold::secrets;
 use streamfold::telemetry::logging::{self, LogFormat};
 use streamfold::testkit;
@@ -435,7 +435,7 @@ fn run(command: Command, log_format: LogFormat) -> anyhow::Result<ExitClass> {
                 query_addr,
                 query_advertised_addr,
             };
-            let admin = streamfold::runtime::config::admin_config(&t, &options);
+            let admin = streamfold::runtime::settings::admin_config(&t, &options);
             if streamfold::runtime::admin::wait_for_sources(&t, &admin, &shutdown)?
                 == streamfold::runtime::admin::SourcesWait::Stopped
             {

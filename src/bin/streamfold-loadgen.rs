@@ -39,8 +39,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::json;
 use streamfold::runtime::RawHeaders;
-use streamfold::runtime::config::{self, RunOptions};
 use streamfold::runtime::connect;
+use streamfold::runtime::settings::{self, RunOptions};
 use streamfold::secrets;
 use streamfold::telemetry::logging::{self, LogFormat};
 use streamfold::testkit::article as example;
@@ -194,7 +194,7 @@ fn base_config(cli: &Cli) -> anyhow::Result<ClientConfig> {
                 properties: cli.property.clone(),
                 ..RunOptions::default()
             };
-            config::admin_config(&topology, &options)
+            settings::admin_config(&topology, &options)
         }
         None => {
             let mut config = ClientConfig::new();

@@ -17,7 +17,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::RuntimeError;
 use super::admin::{refuse_uncompacted_changelogs, topic_partitions};
-use super::config::{self, RunOptions};
+use super::settings::{self, RunOptions};
 use crate::topology::{InternalKind, Topology};
 
 /// How long one metadata request may take.
@@ -41,7 +41,7 @@ pub fn check_cluster(
     topology: &Topology,
     options: &RunOptions,
 ) -> Result<ClusterReport, RuntimeError> {
-    let mut settings = config::admin_config(topology, options);
+    let mut settings = settings::admin_config(topology, options);
     // Asking for a missing topic's metadata must not create it.
     settings.set("allow.auto.create.topics", "false");
     super::connect::verify(&settings)?;

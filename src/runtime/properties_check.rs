@@ -16,7 +16,7 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::BaseProducer;
 
-use super::config::{self, RunOptions};
+use super::settings::{self, RunOptions};
 use crate::topology::Topology;
 
 /// One setting librdkafka refuses.
@@ -60,22 +60,22 @@ pub fn librdkafka_problems(topology: &Topology) -> Vec<PropertyProblem> {
     let clients: [(&str, ClientConfig, bool); 4] = [
         (
             "group consumer",
-            config::consumer_config(topology, &options),
+            settings::consumer_config(topology, &options),
             true,
         ),
         (
             "restore consumer",
-            config::restore_config(topology, &options),
+            settings::restore_config(topology, &options),
             true,
         ),
         (
             "producer",
-            config::producer_config(topology, &options),
+            settings::producer_config(topology, &options),
             false,
         ),
         (
             "admin client",
-            config::admin_config(topology, &options),
+            settings::admin_config(topology, &options),
             false,
         ),
     ];

@@ -27,8 +27,8 @@ use serde_json::Value;
 
 use super::RuntimeError;
 use super::commit::{CommitError, Produce, Transactions};
-use super::config::{RunOptions, admin_config};
 use super::fetch::{RawHeaders, owned_headers};
+use super::settings::{RunOptions, admin_config};
 use crate::operators::expr::{Bindings, Program};
 use crate::task::dlq_headers;
 use crate::topology::Topology;

@@ -25,7 +25,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::RuntimeError;
-use super::config::{self, RunOptions};
+use super::settings::{self, RunOptions};
 use crate::topology::{InternalKind, Topology};
 
 /// How long one broker request may take.
@@ -139,7 +139,7 @@ pub fn reset(
     to: ResetTo,
     dry_run: bool,
 ) -> Result<ResetPlan, ResetError> {
-    let mut settings = config::admin_config(topology, options);
+    let mut settings = settings::admin_config(topology, options);
     settings.set("allow.auto.create.topics", "false");
     super::connect::verify(&settings)?;
     let group = topology.name.clone();

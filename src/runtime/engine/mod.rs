@@ -44,8 +44,8 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use super::admin::Layout;
 use super::batch::{Input, InputKind, Scratch};
 use super::commit::{CommitCycle, CommitError, FaultPoint, Faults, TaskCursor, Transactions};
-use super::config::{self, RunOptions};
 use super::restore::Restorer;
+use super::settings::{self, RunOptions};
 use super::source_watch::SourceWatch;
 use super::{RuntimeError, admin, query, wall_clock_ms};
 use crate::formats::Codecs;
@@ -74,13 +74,13 @@ pub fn run(
     options: RunOptions,
     shutdown: Arc<AtomicBool>,
 ) -> Result<(), RuntimeError> {
-    let topology = config::with_producer_overrides(topology, &options);
+    let topology = settings::with_producer_overrides(topology, &options);
     Faults::new(&options.hooks)
         .check(FaultPoint::Prepare)
         .map_err(RuntimeError::Commit)?;
     let layout = admin::prepare_patiently(
         &topology,
-        &config::admin_config(&topology, &options),
+        &settings::admin_config(&topology, &options),
         &shutdown,
     )?;
     super::metrics::register_partitions(&topology, layout.partitions);
@@ -92,7 +92,7 @@ pub fn run(
     source_topics.sort();
     source_topics.dedup();
     let source_watch = Arc::new(SourceWatch::start(
-        &config::admin_config(&topology, &options),
+        &settings::admin_config(&topology, &options),
         &source_topics,
     )?);
     tracing::info!(
@@ -200,7 +200,7 @@ fn run_member(
     member_ids: &MemberIds,
 ) -> Result<(), RuntimeError> {
     let exactly_once = topology.processing.guarantee == Guarantee::ExactlyOnce;
-    let producer_config = config::producer_config(topology, options);
+    let producer_config = settings::producer_config(topology, options);
     let txn = Transactions::new(
         &producer_config,
         exactly_once,
@@ -221,7 +221,7 @@ fn run_member(
         .map(|s| s.changelog_topic.clone())
         .collect();
     let restorer = Restorer::new(
-        &config::restore_config(topology, options),
+        &settings::restore_config(topology, options),
         &topology.name,
         &changelogs,
     )?;
@@ -235,7 +235,7 @@ fn run_member(
     engine.queries = queries;
     engine.source_watch = Some(Arc::clone(source_watch));
     engine.pool = pool;
-    let consumer_config = config::consumer_config(topology, options);
+    let consumer_config = settings::consumer_config(topology, options);
     let primary = topology.sources[0].config.topic.clone();
     let context = EngineContext {
         epoch: Arc::clone(&engine.epoch),

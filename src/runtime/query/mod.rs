@@ -26,7 +26,7 @@ use rocksdb::{DB, Direction, IteratorMode, ReadOptions};
 use serde_json::Value;
 
 use super::RuntimeError;
-use super::config::RunOptions;
+use super::settings::RunOptions;
 use crate::state::prefix_end;
 use crate::topology::Topology;
 
@@ -254,7 +254,7 @@ impl Queries {
         addr: std::net::SocketAddr,
         partitions: i32,
     ) -> Result<Queries, RuntimeError> {
-        let config = super::config::admin_config(topology, options);
+        let config = super::settings::admin_config(topology, options);
         endpoints::ensure_topic(&config, &topology.name)?;
         let state = QueryState::new();
         state.set_partitions(partitions);

@@ -1,5 +1,6 @@
-//! Options of `streamfold run` and the librdkafka configurations built from
-//! them and the topology.
+//! The settings of `streamfold run`: its options, and the librdkafka
+//! configurations built from them and the topology. (The topology
+//! language itself is the top-level `config` module.)
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
