@@ -98,7 +98,8 @@ pub struct KafkaConfig {
     #[serde(default)]
     pub(crate) producer: BTreeMap<String, String>,
     /// Use static group membership (`group.instance.id` = the instance id),
-    /// so a restarted instance gets its partitions back without a rebalance.
+    /// so a restarted instance gets its partitions back without waiting
+    /// for a rebalance (it then rejoins once; see `EngineContext::rejoin_once`).
     #[serde(default)]
     pub(crate) static_membership: bool,
     /// `true` (default): when a source topic does not exist yet, `run`
