@@ -39,125 +39,18 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a topology against Kafka until SIGINT/SIGTERM.
-    Run {
-        topology: PathBuf,
-        /// Overrides `kafka.bootstrap_servers`.
-        #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
-        bootstrap_servers: Option<String>,
-        /// Names this instance (transactional id `<name>-<instance>`, static
-        /// membership). Stable across restarts, unique per instance;
-        /// defaults to the host name.
-        #[arg(long, env = "STREAMFOLD_INSTANCE_ID")]
-        instance_id: Option<String>,
-        /// Overrides `processing.state_dir`.
-        #[arg(long, env = "STREAMFOLD_STATE_DIR")]
-        state_dir: Option<PathBuf>,
-        /// Overrides `processing.threads`: threads that process records
-        /// (default: the number of cores).
-        #[arg(long, env = "STREAMFOLD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
-        threads: Option<u16>,
-        /// Serve Prometheus metrics (`/metrics`), liveness (`/healthz`) and
-        /// readiness (`/readyz`) on this address (`0.0.0.0:9464`; see
-        /// docs/operations.md).
-        #[arg(long, env = "STREAMFOLD_METRICS_ADDR")]
-        metrics_addr: Option<SocketAddr>,
-        /// How long the processing loop may go without a round before
-        /// `/healthz` answers 503 (`90s`, `5m`).
-        #[arg(long, env = "STREAMFOLD_STALL_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2m")]
-        stall_timeout: std::time::Duration,
-        /// Serve interactive queries of the stores' committed state on this
-        /// address (`0.0.0.0:8080`; see docs/queries.md). Off by default.
-        #[arg(long, env = "STREAMFOLD_QUERY_ADDR")]
-        query_addr: Option<SocketAddr>,
-        /// The `host:port` other instances use to reach this one's query
-        /// server (advertised on `<app>-query-endpoints`); defaults to
-        /// `--query-addr`, which must then not be a wildcard address.
-        #[arg(
-            long,
-            env = "STREAMFOLD_QUERY_ADVERTISED_ADDR",
-            requires = "query_addr"
-        )]
-        query_advertised_addr: Option<String>,
-        /// Any librdkafka property, applied last: `-X linger.ms=10`.
-        #[arg(short = 'X', value_parser = parse_property)]
-        property: Vec<(String, String)>,
-        /// Testing aid: stamp every produced record with the header
-        /// `streamfold.txn: <run id>:<transaction>`.
-        #[cfg(feature = "fault-injection")]
-        #[arg(long, hide = true)]
-        txn_header: bool,
-        /// Testing aid: append `begin`, `committed` and `aborted <run
-        /// id>:<transaction>` lines to this file, synced before the
-        /// transaction sends anything and after it commits (implies
-        /// `--txn-header`).
-        #[cfg(feature = "fault-injection")]
-        #[arg(long, hide = true)]
-        txn_journal: Option<PathBuf>,
-        /// Testing aid: inject faults into the commit cycle (and startup
-        /// and rebalances), `<point>:<abort|fatal|kill|freeze|rewind|offsetless>[@n]`, repeated or
-        /// comma-separated (points: begin, batch, sent, offsets, commit, acked, committed, restore,
-        /// timers, prepare, revoked).
-        #[cfg(feature = "fault-injection")]
-        #[arg(long, hide = true, value_delimiter = ',')]
-        inject_fault: Vec<streamfold::runtime::commit::Fault>,
-    },
+    Run(RunArgs),
     /// Validate topology files and report every error at once.
-    Check {
-        /// Topology files.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        /// Also connect to the cluster and check that it fits: source
-        /// topics exist and this principal may describe them, sources are
-        /// co-partitioned, existing internal topics agree.
-        #[arg(long)]
-        cluster: bool,
-        /// Overrides `kafka.bootstrap_servers` (with `--cluster`).
-        #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
-        bootstrap_servers: Option<String>,
-        /// Any librdkafka property (with `--cluster`): `-X security.protocol=ssl`.
-        #[arg(short = 'X', value_parser = parse_property)]
-        property: Vec<(String, String)>,
-    },
+    Check(CheckArgs),
     /// Draw a topology, with the internal topics it will create.
-    Describe {
-        file: PathBuf,
-        #[arg(long, value_enum, default_value_t = DescribeFormat::Text)]
-        format: DescribeFormat,
-    },
+    Describe(DescribeArgs),
     /// Run a topology offline against fixture records with a virtual clock
     /// and compare its outputs with the expected ones.
-    Test {
-        topology: PathBuf,
-        /// A case folder (input.jsonl + expected/) or a folder of them.
-        cases: PathBuf,
-        /// Write the actual outputs as the expected ones instead of
-        /// comparing (review the diff before committing).
-        #[arg(long)]
-        bless: bool,
-    },
+    Test(TestArgs),
     /// Start an application over (it must be stopped): delete its
     /// internal topics and consumer group, commit its source offsets from
     /// where to start, remove this host's local state.
-    Reset {
-        /// The application's topology.
-        topology: PathBuf,
-        /// Where the sources start again: `earliest`, `latest`, or an RFC
-        /// 3339 time (the first record at or after it).
-        #[arg(long, default_value = "earliest")]
-        to: streamfold::runtime::reset::ResetTo,
-        /// Print the plan; change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Overrides `processing.state_dir`.
-        #[arg(long, env = "STREAMFOLD_STATE_DIR")]
-        state_dir: Option<PathBuf>,
-        /// Overrides `kafka.bootstrap_servers`.
-        #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
-        bootstrap_servers: Option<String>,
-        /// Any librdkafka property: `-X security.protocol=ssl`.
-        #[arg(short = 'X', value_parser = parse_property)]
-        property: Vec<(String, String)>,
-    },
+    Reset(ResetArgs),
     /// Print the JSON Schema of the topology format (for editor completion).
     Schema,
     /// Work with the dead-letter topic.
@@ -171,37 +64,168 @@ enum Command {
 enum DlqCommand {
     /// Send dead letters back to their source topics, from where the last
     /// replay stopped, exactly once.
-    Replay {
-        /// The topology whose dead-letter topic to replay.
-        #[arg(required_unless_present = "topology_flag")]
-        topology: Option<PathBuf>,
-        /// The topology, as a flag (`--topology FILE`, the older spelling).
-        #[arg(
-            long = "topology",
-            value_name = "FILE",
-            hide = true,
-            conflicts_with = "topology"
-        )]
-        topology_flag: Option<PathBuf>,
-        /// jq condition on the letter (`.` is its value; `$key`,
-        /// `$timestamp`, `$headers` include the `streamfold.dlq.*` headers):
-        /// only letters it holds for are replayed.
-        #[arg(long)]
-        filter: Option<String>,
-        /// Count what would be replayed; send nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Start from the beginning of the dead-letter topic instead of
-        /// where the last replay stopped.
-        #[arg(long)]
-        from_beginning: bool,
-        /// Overrides `kafka.bootstrap_servers`.
-        #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
-        bootstrap_servers: Option<String>,
-        /// Any librdkafka property: `-X security.protocol=ssl`.
-        #[arg(short = 'X', value_parser = parse_property)]
-        property: Vec<(String, String)>,
-    },
+    Replay(ReplayArgs),
+}
+
+// `streamfold run`'s arguments (the variant's doc comment is its help).
+#[derive(clap::Args)]
+struct RunArgs {
+    topology: PathBuf,
+    /// Overrides `kafka.bootstrap_servers`.
+    #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
+    bootstrap_servers: Option<String>,
+    /// Names this instance (transactional id `<name>-<instance>`, static
+    /// membership). Stable across restarts, unique per instance;
+    /// defaults to the host name.
+    #[arg(long, env = "STREAMFOLD_INSTANCE_ID")]
+    instance_id: Option<String>,
+    /// Overrides `processing.state_dir`.
+    #[arg(long, env = "STREAMFOLD_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Overrides `processing.threads`: threads that process records
+    /// (default: the number of cores).
+    #[arg(long, env = "STREAMFOLD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
+    /// Serve Prometheus metrics (`/metrics`), liveness (`/healthz`) and
+    /// readiness (`/readyz`) on this address (`0.0.0.0:9464`; see
+    /// docs/operations.md).
+    #[arg(long, env = "STREAMFOLD_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// How long the processing loop may go without a round before
+    /// `/healthz` answers 503 (`90s`, `5m`).
+    #[arg(long, env = "STREAMFOLD_STALL_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2m")]
+    stall_timeout: std::time::Duration,
+    /// Serve interactive queries of the stores' committed state on this
+    /// address (`0.0.0.0:8080`; see docs/queries.md). Off by default.
+    #[arg(long, env = "STREAMFOLD_QUERY_ADDR")]
+    query_addr: Option<SocketAddr>,
+    /// The `host:port` other instances use to reach this one's query
+    /// server (advertised on `<app>-query-endpoints`); defaults to
+    /// `--query-addr`, which must then not be a wildcard address.
+    #[arg(
+        long,
+        env = "STREAMFOLD_QUERY_ADVERTISED_ADDR",
+        requires = "query_addr"
+    )]
+    query_advertised_addr: Option<String>,
+    /// Any librdkafka property, applied last: `-X linger.ms=10`.
+    #[arg(short = 'X', value_parser = parse_property)]
+    property: Vec<(String, String)>,
+    /// Testing aid: stamp every produced record with the header
+    /// `streamfold.txn: <run id>:<transaction>`.
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, hide = true)]
+    txn_header: bool,
+    /// Testing aid: append `begin`, `committed` and `aborted <run
+    /// id>:<transaction>` lines to this file, synced before the
+    /// transaction sends anything and after it commits (implies
+    /// `--txn-header`).
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, hide = true)]
+    txn_journal: Option<PathBuf>,
+    /// Testing aid: inject faults into the commit cycle (and startup
+    /// and rebalances), `<point>:<abort|fatal|kill|freeze|rewind|offsetless>[@n]`, repeated or
+    /// comma-separated (points: begin, batch, sent, offsets, commit, acked, committed, restore,
+    /// timers, prepare, revoked).
+    #[cfg(feature = "fault-injection")]
+    #[arg(long, hide = true, value_delimiter = ',')]
+    inject_fault: Vec<streamfold::runtime::commit::Fault>,
+}
+
+// `streamfold check`'s arguments (the variant's doc comment is its help).
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// Topology files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Also connect to the cluster and check that it fits: source
+    /// topics exist and this principal may describe them, sources are
+    /// co-partitioned, existing internal topics agree.
+    #[arg(long)]
+    cluster: bool,
+    /// Overrides `kafka.bootstrap_servers` (with `--cluster`).
+    #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
+    bootstrap_servers: Option<String>,
+    /// Any librdkafka property (with `--cluster`): `-X security.protocol=ssl`.
+    #[arg(short = 'X', value_parser = parse_property)]
+    property: Vec<(String, String)>,
+}
+
+// `streamfold describe`'s arguments (the variant's doc comment is its help).
+#[derive(clap::Args)]
+struct DescribeArgs {
+    file: PathBuf,
+    #[arg(long, value_enum, default_value_t = DescribeFormat::Text)]
+    format: DescribeFormat,
+}
+
+// `streamfold test`'s arguments (the variant's doc comment is its help).
+#[derive(clap::Args)]
+struct TestArgs {
+    topology: PathBuf,
+    /// A case folder (input.jsonl + expected/) or a folder of them.
+    cases: PathBuf,
+    /// Write the actual outputs as the expected ones instead of
+    /// comparing (review the diff before committing).
+    #[arg(long)]
+    bless: bool,
+}
+
+// `streamfold reset`'s arguments (the variant's doc comment is its help).
+#[derive(clap::Args)]
+struct ResetArgs {
+    /// The application's topology.
+    topology: PathBuf,
+    /// Where the sources start again: `earliest`, `latest`, or an RFC
+    /// 3339 time (the first record at or after it).
+    #[arg(long, default_value = "earliest")]
+    to: streamfold::runtime::reset::ResetTo,
+    /// Print the plan; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Overrides `processing.state_dir`.
+    #[arg(long, env = "STREAMFOLD_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Overrides `kafka.bootstrap_servers`.
+    #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
+    bootstrap_servers: Option<String>,
+    /// Any librdkafka property: `-X security.protocol=ssl`.
+    #[arg(short = 'X', value_parser = parse_property)]
+    property: Vec<(String, String)>,
+}
+
+// `streamfold dlq replay`'s arguments (the variant's doc comment is its help).
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// The topology whose dead-letter topic to replay.
+    #[arg(required_unless_present = "topology_flag")]
+    topology: Option<PathBuf>,
+    /// The topology, as a flag (`--topology FILE`, the older spelling).
+    #[arg(
+        long = "topology",
+        value_name = "FILE",
+        hide = true,
+        conflicts_with = "topology"
+    )]
+    topology_flag: Option<PathBuf>,
+    /// jq condition on the letter (`.` is its value; `$key`,
+    /// `$timestamp`, `$headers` include the `streamfold.dlq.*` headers):
+    /// only letters it holds for are replayed.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Count what would be replayed; send nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Start from the beginning of the dead-letter topic instead of
+    /// where the last replay stopped.
+    #[arg(long)]
+    from_beginning: bool,
+    /// Overrides `kafka.bootstrap_servers`.
+    #[arg(long, env = "STREAMFOLD_BOOTSTRAP_SERVERS")]
+    bootstrap_servers: Option<String>,
+    /// Any librdkafka property: `-X security.protocol=ssl`.
+    #[arg(short = 'X', value_parser = parse_property)]
+    property: Vec<(String, String)>,
 }
 
 /// glibc's malloc, which RocksDB and librdkafka use (streamfold's own
@@ -387,320 +411,338 @@ fn librdkafka_accepts(file: &std::path::Path, t: &Topology, log_format: LogForma
 
 fn run(command: Command, log_format: LogFormat) -> anyhow::Result<ExitClass> {
     match command {
-        Command::Run {
-            topology,
-            bootstrap_servers,
-            instance_id,
-            state_dir,
-            threads,
-            metrics_addr,
-            stall_timeout,
-            query_addr,
-            query_advertised_addr,
-            property,
-            #[cfg(feature = "fault-injection")]
-            txn_header,
-            #[cfg(feature = "fault-injection")]
-            txn_journal,
-            #[cfg(feature = "fault-injection")]
-            inject_fault,
-        } => {
-            let Some(t) = load(&topology, log_format) else {
-                return Ok(ExitClass::Configuration);
-            };
-            secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-            streamfold::runtime::health::health().set_stall_timeout(stall_timeout);
-            if let Some(addr) = metrics_addr {
-                streamfold::runtime::metrics::install(addr).map_err(ConfigurationError)?;
-                streamfold::runtime::metrics::register_topology(&t);
-            }
-            let shutdown = Arc::new(AtomicBool::new(false));
-            watch_signals(Arc::clone(&shutdown))?;
-            let options = RunOptions {
-                bootstrap_servers,
-                instance_id: instance_id.unwrap_or_else(default_instance_id),
-                state_dir,
-                threads: threads.map(usize::from),
-                properties: property,
-                #[cfg(feature = "fault-injection")]
-                hooks: streamfold::runtime::commit::TestHooks {
-                    stamp: txn_header,
-                    journal: txn_journal,
-                    faults: inject_fault,
-                    ..Default::default()
-                },
-                #[cfg(not(feature = "fault-injection"))]
-                hooks: streamfold::runtime::commit::TestHooks::default(),
-                metrics_addr,
-                query_addr,
-                query_advertised_addr,
-            };
-            let admin = streamfold::runtime::settings::admin_config(&t, &options);
-            if streamfold::runtime::admin::wait_for_sources(&t, &admin, &shutdown)?
-                == streamfold::runtime::admin::SourcesWait::Stopped
-            {
-                return Ok(ExitClass::Success);
-            }
-            streamfold::runtime::engine::run(Arc::new(t), options, shutdown)?;
-            Ok(ExitClass::Success)
-        }
-        Command::Check {
-            files,
-            cluster,
-            bootstrap_servers,
-            property,
-        } => {
-            secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-            let mut failed = false;
-            let mut unreachable = None;
-            for file in &files {
-                match load(file, log_format) {
-                    Some(t) if !librdkafka_accepts(file, &t, log_format) => failed = true,
-                    Some(t) => {
-                        println!(
-                            "{}: ok ({} sources, {} nodes, {} sinks, {} internal topics{})",
-                            file.display(),
-                            t.sources.len(),
-                            t.nodes.len(),
-                            t.sinks.len(),
-                            t.internal_topics().len(),
-                            match t.warnings.len() {
-                                0 => String::new(),
-                                1 => ", 1 warning".to_string(),
-                                n => format!(", {n} warnings"),
-                            }
-                        );
-                        if cluster {
-                            let options = RunOptions {
-                                bootstrap_servers: bootstrap_servers.clone(),
-                                instance_id: default_instance_id(),
-                                properties: property.clone(),
-                                ..RunOptions::default()
-                            };
-                            match streamfold::runtime::cluster_check::check_cluster(&t, &options) {
-                                Ok(report) if report.problems.is_empty() => println!(
-                                    "  cluster: ok ({} partitions, {} of {} internal topics exist)",
-                                    report.partitions.unwrap_or_default(),
-                                    report.existing_internal,
-                                    t.internal_topics().len()
-                                ),
-                                Ok(report) => {
-                                    failed = true;
-                                    for problem in &report.problems {
-                                        eprintln!("{}: cluster: {problem}", file.display());
-                                    }
-                                }
-                                Err(error) => {
-                                    eprintln!("{}: cluster: {error}", file.display());
-                                    unreachable = Some(ExitClass::of_runtime(&error));
-                                }
-                            }
-                        }
-                        // Shows that `${VAR}`s resolved, passwords masked.
-                        if let Some(security) = &t.kafka.security {
-                            println!("  kafka security: {}", security.summary());
-                        }
-                        if let Some(registry) = t.schema_registry() {
-                            println!("  schema registry: {}", registry.summary());
-                        }
-                        if let Some(addr) = t.queries.addr {
-                            let stores: Vec<String> =
-                                streamfold::runtime::query::queryable_stores(&t)
-                                    .into_iter()
-                                    .map(|s| s.name)
-                                    .collect();
-                            println!(
-                                "  queries: http://{addr}/v1/stores{} ({})",
-                                t.queries
-                                    .advertised_addr
-                                    .as_ref()
-                                    .map(|a| format!(", advertised as {a}"))
-                                    .unwrap_or_default(),
-                                if stores.is_empty() {
-                                    "no queryable store".to_string()
-                                } else {
-                                    stores.join(", ")
-                                }
-                            );
-                        }
-                    }
-                    None => failed = true,
-                }
-            }
-            Ok(match (failed, unreachable) {
-                (true, _) => ExitClass::Configuration,
-                (false, Some(class)) => class,
-                (false, None) => ExitClass::Success,
-            })
-        }
-        Command::Describe { file, format } => {
+        Command::Run(args) => run_topology(args, log_format),
+        Command::Check(args) => check(args, log_format),
+        Command::Describe(DescribeArgs { file, format }) => {
             let Some(t) = load(&file, log_format) else {
                 return Ok(ExitClass::Configuration);
             };
             print!("{}", describe(&t, format));
             Ok(ExitClass::Success)
         }
-        Command::Test {
-            topology,
-            cases,
-            bless,
-        } => {
-            let Some(t) = load(&topology, log_format) else {
-                return Ok(ExitClass::Configuration);
-            };
-            let reports = testkit::run_cases(&Arc::new(t), &cases, bless)
-                .with_context(|| format!("running the cases in {}", cases.display()))?;
-            let failed = reports.iter().filter(|r| !r.passed()).count();
-            for report in &reports {
-                let status = if bless {
-                    "blessed"
-                } else if report.passed() {
-                    "ok"
-                } else {
-                    "FAIL"
-                };
-                println!(
-                    "{status:<7} {} ({} records in, {} out)",
-                    report.name, report.records_in, report.records_out
-                );
-                for line in report.folding_summary() {
-                    println!("        {line}");
-                }
-                for failure in &report.failures {
-                    for line in failure.lines() {
-                        println!("        {line}");
-                    }
-                }
-            }
-            if bless {
-                println!(
-                    "{} cases blessed: review the changes under their expected/ folders",
-                    reports.len()
-                );
-                return Ok(ExitClass::Success);
-            }
-            println!("{} passed, {failed} failed", reports.len() - failed);
-            Ok(if failed > 0 {
-                ExitClass::Failure
-            } else {
-                ExitClass::Success
-            })
-        }
+        Command::Test(args) => test_cases(args, log_format),
         Command::Dlq {
-            command:
-                DlqCommand::Replay {
-                    topology,
-                    topology_flag,
-                    filter,
-                    dry_run,
-                    from_beginning,
-                    bootstrap_servers,
-                    property,
-                },
-        } => {
-            // clap requires one of the two.
-            let Some(topology) = topology.or(topology_flag) else {
-                return Err(ConfigurationError("a topology file is required".into()).into());
-            };
-            let Some(t) = load(&topology, log_format) else {
-                return Ok(ExitClass::Configuration);
-            };
-            secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-            let filter = match filter {
-                Some(code) => Some(
-                    streamfold::operators::expr::Program::compile(&code, &[])
-                        .map_err(|e| ConfigurationError(format!("--filter: {e}")))?,
-                ),
-                None => None,
-            };
-            let options = RunOptions {
-                bootstrap_servers,
-                instance_id: default_instance_id(),
-                properties: property,
-                ..RunOptions::default()
-            };
-            let report = streamfold::runtime::replay::replay(
-                &t,
-                &options,
-                streamfold::runtime::replay::ReplayOptions {
-                    filter,
-                    dry_run,
-                    from_beginning,
-                },
-            )?;
-            let verb = if dry_run { "would replay" } else { "replayed" };
-            println!(
-                "{verb} {} of {} dead letters from {}",
-                report.total_replayed(),
-                report.read,
-                t.dead_letter_topic
-            );
-            for (topic, n) in &report.replayed {
-                println!("  {n} to {topic}");
-            }
-            if report.filtered_out > 0 {
-                println!("  {} left out by the filter", report.filtered_out);
-            }
-            if report.filter_errors > 0 {
-                println!(
-                    "  {} on which the filter failed (left in place)",
-                    report.filter_errors
-                );
-            }
-            if report.no_origin > 0 {
-                println!(
-                    "  {} without a source topic (raised by timers), not replayable",
-                    report.no_origin
-                );
-            }
-            if report.truncated > 0 {
-                println!(
-                    "  {} cut to fit the dead-letter topic (streamfold.dlq.truncated), not replayable",
-                    report.truncated
-                );
-            }
-            Ok(ExitClass::Success)
-        }
-        Command::Reset {
-            topology,
-            to,
-            dry_run,
-            state_dir,
-            bootstrap_servers,
-            property,
-        } => {
-            let Some(t) = load(&topology, log_format) else {
-                return Ok(ExitClass::Configuration);
-            };
-            secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-            let options = RunOptions {
-                bootstrap_servers,
-                instance_id: default_instance_id(),
-                state_dir,
-                properties: property,
-                ..RunOptions::default()
-            };
-            use streamfold::runtime::reset::{ResetError, reset};
-            match reset(&t, &options, to, dry_run) {
-                Ok(plan) => {
-                    println!(
-                        "{} {}:",
-                        if dry_run { "Would reset" } else { "Reset" },
-                        plan.group
-                    );
-                    for line in plan.to_string().lines() {
-                        println!("  {line}");
-                    }
-                    Ok(ExitClass::Success)
-                }
-                Err(ResetError::Runtime(error)) => Err(error.into()),
-                Err(error) => Err(error.into()),
-            }
-        }
+            command: DlqCommand::Replay(args),
+        } => replay_dead_letters(args, log_format),
+        Command::Reset(args) => reset_application(args, log_format),
         Command::Schema => {
             let schema = schemars::schema_for!(topology::model::TopologyFile);
             println!("{}", serde_json::to_string_pretty(&schema)?);
             Ok(ExitClass::Success)
         }
+    }
+}
+
+/// Run a topology until a signal stops it.
+fn run_topology(args: RunArgs, log_format: LogFormat) -> anyhow::Result<ExitClass> {
+    let RunArgs {
+        topology,
+        bootstrap_servers,
+        instance_id,
+        state_dir,
+        threads,
+        metrics_addr,
+        stall_timeout,
+        query_addr,
+        query_advertised_addr,
+        property,
+        #[cfg(feature = "fault-injection")]
+        txn_header,
+        #[cfg(feature = "fault-injection")]
+        txn_journal,
+        #[cfg(feature = "fault-injection")]
+        inject_fault,
+    } = args;
+    let Some(t) = load(&topology, log_format) else {
+        return Ok(ExitClass::Configuration);
+    };
+    secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    streamfold::runtime::health::health().set_stall_timeout(stall_timeout);
+    if let Some(addr) = metrics_addr {
+        streamfold::runtime::metrics::install(addr).map_err(ConfigurationError)?;
+        streamfold::runtime::metrics::register_topology(&t);
+    }
+    let shutdown = Arc::new(AtomicBool::new(false));
+    watch_signals(Arc::clone(&shutdown))?;
+    let options = RunOptions {
+        bootstrap_servers,
+        instance_id: instance_id.unwrap_or_else(default_instance_id),
+        state_dir,
+        threads: threads.map(usize::from),
+        properties: property,
+        #[cfg(feature = "fault-injection")]
+        hooks: streamfold::runtime::commit::TestHooks {
+            stamp: txn_header,
+            journal: txn_journal,
+            faults: inject_fault,
+            ..Default::default()
+        },
+        #[cfg(not(feature = "fault-injection"))]
+        hooks: streamfold::runtime::commit::TestHooks::default(),
+        metrics_addr,
+        query_addr,
+        query_advertised_addr,
+    };
+    let admin = streamfold::runtime::settings::admin_config(&t, &options);
+    if streamfold::runtime::admin::wait_for_sources(&t, &admin, &shutdown)?
+        == streamfold::runtime::admin::SourcesWait::Stopped
+    {
+        return Ok(ExitClass::Success);
+    }
+    streamfold::runtime::engine::run(Arc::new(t), options, shutdown)?;
+    Ok(ExitClass::Success)
+}
+
+/// Checks each file, and with `--cluster` the cluster it names.
+fn check(args: CheckArgs, log_format: LogFormat) -> anyhow::Result<ExitClass> {
+    let CheckArgs {
+        files,
+        cluster,
+        bootstrap_servers,
+        property,
+    } = args;
+    secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let mut failed = false;
+    let mut unreachable = None;
+    for file in &files {
+        match load(file, log_format) {
+            Some(t) if !librdkafka_accepts(file, &t, log_format) => failed = true,
+            Some(t) => {
+                println!(
+                    "{}: ok ({} sources, {} nodes, {} sinks, {} internal topics{})",
+                    file.display(),
+                    t.sources.len(),
+                    t.nodes.len(),
+                    t.sinks.len(),
+                    t.internal_topics().len(),
+                    match t.warnings.len() {
+                        0 => String::new(),
+                        1 => ", 1 warning".to_string(),
+                        n => format!(", {n} warnings"),
+                    }
+                );
+                if cluster {
+                    let options = RunOptions {
+                        bootstrap_servers: bootstrap_servers.clone(),
+                        instance_id: default_instance_id(),
+                        properties: property.clone(),
+                        ..RunOptions::default()
+                    };
+                    match streamfold::runtime::cluster_check::check_cluster(&t, &options) {
+                        Ok(report) if report.problems.is_empty() => println!(
+                            "  cluster: ok ({} partitions, {} of {} internal topics exist)",
+                            report.partitions.unwrap_or_default(),
+                            report.existing_internal,
+                            t.internal_topics().len()
+                        ),
+                        Ok(report) => {
+                            failed = true;
+                            for problem in &report.problems {
+                                eprintln!("{}: cluster: {problem}", file.display());
+                            }
+                        }
+                        Err(error) => {
+                            eprintln!("{}: cluster: {error}", file.display());
+                            unreachable = Some(ExitClass::of_runtime(&error));
+                        }
+                    }
+                }
+                // Shows that `${VAR}`s resolved, passwords masked.
+                if let Some(security) = &t.kafka.security {
+                    println!("  kafka security: {}", security.summary());
+                }
+                if let Some(registry) = t.schema_registry() {
+                    println!("  schema registry: {}", registry.summary());
+                }
+                if let Some(addr) = t.queries.addr {
+                    let stores: Vec<String> = streamfold::runtime::query::queryable_stores(&t)
+                        .into_iter()
+                        .map(|s| s.name)
+                        .collect();
+                    println!(
+                        "  queries: http://{addr}/v1/stores{} ({})",
+                        t.queries
+                            .advertised_addr
+                            .as_ref()
+                            .map(|a| format!(", advertised as {a}"))
+                            .unwrap_or_default(),
+                        if stores.is_empty() {
+                            "no queryable store".to_string()
+                        } else {
+                            stores.join(", ")
+                        }
+                    );
+                }
+            }
+            None => failed = true,
+        }
+    }
+    Ok(match (failed, unreachable) {
+        (true, _) => ExitClass::Configuration,
+        (false, Some(class)) => class,
+        (false, None) => ExitClass::Success,
+    })
+}
+
+/// Runs the offline cases and prints a line per case.
+fn test_cases(args: TestArgs, log_format: LogFormat) -> anyhow::Result<ExitClass> {
+    let TestArgs {
+        topology,
+        cases,
+        bless,
+    } = args;
+    let Some(t) = load(&topology, log_format) else {
+        return Ok(ExitClass::Configuration);
+    };
+    let reports = testkit::run_cases(&Arc::new(t), &cases, bless)
+        .with_context(|| format!("running the cases in {}", cases.display()))?;
+    let failed = reports.iter().filter(|r| !r.passed()).count();
+    for report in &reports {
+        let status = if bless {
+            "blessed"
+        } else if report.passed() {
+            "ok"
+        } else {
+            "FAIL"
+        };
+        println!(
+            "{status:<7} {} ({} records in, {} out)",
+            report.name, report.records_in, report.records_out
+        );
+        for line in report.folding_summary() {
+            println!("        {line}");
+        }
+        for failure in &report.failures {
+            for line in failure.lines() {
+                println!("        {line}");
+            }
+        }
+    }
+    if bless {
+        println!(
+            "{} cases blessed: review the changes under their expected/ folders",
+            reports.len()
+        );
+        return Ok(ExitClass::Success);
+    }
+    println!("{} passed, {failed} failed", reports.len() - failed);
+    Ok(if failed > 0 {
+        ExitClass::Failure
+    } else {
+        ExitClass::Success
+    })
+}
+
+/// Sends dead letters back to their sources and says how many.
+fn replay_dead_letters(args: ReplayArgs, log_format: LogFormat) -> anyhow::Result<ExitClass> {
+    let ReplayArgs {
+        topology,
+        topology_flag,
+        filter,
+        dry_run,
+        from_beginning,
+        bootstrap_servers,
+        property,
+    } = args;
+    // clap requires one of the two.
+    let Some(topology) = topology.or(topology_flag) else {
+        return Err(ConfigurationError("a topology file is required".into()).into());
+    };
+    let Some(t) = load(&topology, log_format) else {
+        return Ok(ExitClass::Configuration);
+    };
+    secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let filter = match filter {
+        Some(code) => Some(
+            streamfold::operators::expr::Program::compile(&code, &[])
+                .map_err(|e| ConfigurationError(format!("--filter: {e}")))?,
+        ),
+        None => None,
+    };
+    let options = RunOptions {
+        bootstrap_servers,
+        instance_id: default_instance_id(),
+        properties: property,
+        ..RunOptions::default()
+    };
+    let report = streamfold::runtime::replay::replay(
+        &t,
+        &options,
+        streamfold::runtime::replay::ReplayOptions {
+            filter,
+            dry_run,
+            from_beginning,
+        },
+    )?;
+    let verb = if dry_run { "would replay" } else { "replayed" };
+    println!(
+        "{verb} {} of {} dead letters from {}",
+        report.total_replayed(),
+        report.read,
+        t.dead_letter_topic
+    );
+    for (topic, n) in &report.replayed {
+        println!("  {n} to {topic}");
+    }
+    if report.filtered_out > 0 {
+        println!("  {} left out by the filter", report.filtered_out);
+    }
+    if report.filter_errors > 0 {
+        println!(
+            "  {} on which the filter failed (left in place)",
+            report.filter_errors
+        );
+    }
+    if report.no_origin > 0 {
+        println!(
+            "  {} without a source topic (raised by timers), not replayable",
+            report.no_origin
+        );
+    }
+    if report.truncated > 0 {
+        println!(
+            "  {} cut to fit the dead-letter topic (streamfold.dlq.truncated), not replayable",
+            report.truncated
+        );
+    }
+    Ok(ExitClass::Success)
+}
+
+/// Starts an application over, or prints the plan.
+fn reset_application(args: ResetArgs, log_format: LogFormat) -> anyhow::Result<ExitClass> {
+    let ResetArgs {
+        topology,
+        to,
+        dry_run,
+        state_dir,
+        bootstrap_servers,
+        property,
+    } = args;
+    let Some(t) = load(&topology, log_format) else {
+        return Ok(ExitClass::Configuration);
+    };
+    secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let options = RunOptions {
+        bootstrap_servers,
+        instance_id: default_instance_id(),
+        state_dir,
+        properties: property,
+        ..RunOptions::default()
+    };
+    use streamfold::runtime::reset::{ResetError, reset};
+    match reset(&t, &options, to, dry_run) {
+        Ok(plan) => {
+            println!(
+                "{} {}:",
+                if dry_run { "Would reset" } else { "Reset" },
+                plan.group
+            );
+            for line in plan.to_string().lines() {
+                println!("  {line}");
+            }
+            Ok(ExitClass::Success)
+        }
+        Err(ResetError::Runtime(error)) => Err(error.into()),
+        Err(error) => Err(error.into()),
     }
 }
