@@ -55,7 +55,7 @@ use std::collections::HashSet;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{OnReject, ago, id_bytes, topic_fingerprint};
+use super::keyed::{OnReject, ago, id_bytes, topic_fingerprint};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
 use crate::record::{Record, Timestamp, key_text};

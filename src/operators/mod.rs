@@ -9,11 +9,11 @@
 //! [`registry`] is the closed list of operator types: adding one is one
 //! entry there plus its module here, and the compiler asks for the rest.
 
-pub(crate) mod common;
 pub(crate) mod dedup;
 pub mod expr;
 pub(crate) mod filter;
 pub(crate) mod fold;
+pub(crate) mod keyed;
 pub(crate) mod map;
 pub(crate) mod ordered;
 pub(crate) mod projection;

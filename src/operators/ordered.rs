@@ -57,7 +57,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::common::{OnReject, describe, legal_name, read_order};
+use super::keyed::{OnReject, describe, legal_name, read_order};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::config::types::JsonPointer;
 use crate::record::json::canonical_cmp;

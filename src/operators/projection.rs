@@ -87,10 +87,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::common::{
+use super::expr::{Bindings, Expression, Program, check, compile_for_build};
+use super::keyed::{
     OnReject, entity_prefix, id_bytes, legal_name, ordered_i64, read_order, required,
 };
-use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::config::types::JsonPointer;
 use crate::record::json::type_name;

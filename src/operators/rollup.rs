@@ -91,10 +91,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::common::{
+use super::expr::{Bindings, Expression, Program, check, compile_for_build};
+use super::keyed::{
     OnReject, ago, entity_prefix, from_ordered_i64, id_bytes, legal_name, ordered_i64, required,
 };
-use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
 use crate::record::json::{rfc3339_millis, type_name};

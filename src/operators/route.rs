@@ -35,8 +35,8 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::legal_name;
 use super::expr::{Bindings, Expression, Program, check, compile_for_build};
+use super::keyed::legal_name;
 use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::record::Record;
 use crate::state::{StateError, StateSet};

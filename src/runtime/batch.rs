@@ -6,7 +6,7 @@
 //! producing, the commit. What it polls it hands out by task: each task
 //! with messages in the batch decodes and processes them, in offset
 //! order, on one of the processing threads (the polling thread is one of
-//! them, see [`super::threads::for_each`]), into its own [`Scratch`]; then
+//! them, see [`super::threads::for_each`]), into its own [`BatchShare`]; then
 //! the polling thread produces every task's outputs inside the open
 //! transaction. A task is on one thread at a time and its records stay in
 //! order; no two threads ever touch one task, and the consumer and
@@ -44,12 +44,12 @@ pub(super) enum InputKind {
 /// A task's share of a batch and what it made of it. Kept with the task
 /// between batches so its buffers keep their capacity.
 #[derive(Default)]
-pub(super) struct Scratch {
+pub(super) struct BatchShare {
     /// The task's messages, as (index in the batch, input), in offset
     /// order.
     pub(super) messages: Vec<(usize, usize)>,
     /// The messages handled, in order, each with where its outputs end.
-    pub(super) handled: Vec<Handled>,
+    pub(super) handled: Vec<HandledMessage>,
     /// Every output of the handled messages, or of the task's timers.
     pub(super) outputs: Vec<Output>,
     /// Whether the task has more timers due than one round fires.
@@ -57,12 +57,12 @@ pub(super) struct Scratch {
     /// The failure that stopped the task's share, if one did.
     pub(super) error: Option<RuntimeError>,
     /// Messages skipped because they lie behind the task's position.
-    pub(super) behind: Option<Behind>,
+    pub(super) behind: Option<SkippedBehind>,
 }
 
 /// Messages a task skipped in one round because they lie behind its
 /// position: the first of them, and how many.
-pub(super) struct Behind {
+pub(super) struct SkippedBehind {
     pub(super) topic: String,
     pub(super) offset: i64,
     pub(super) position: i64,
@@ -70,17 +70,17 @@ pub(super) struct Behind {
 }
 
 /// One message a task handled.
-pub(super) struct Handled {
+pub(super) struct HandledMessage {
     pub(super) index: usize,
     /// The input it was read from.
     pub(super) input: usize,
     /// The message's headers (the record's, and its dead letters').
     pub(super) headers: Vec<(String, Vec<u8>)>,
-    /// End of its outputs in [`Scratch::outputs`].
+    /// End of its outputs in [`BatchShare::outputs`].
     pub(super) end: usize,
 }
 
-impl Scratch {
+impl BatchShare {
     pub(super) fn clear(&mut self) {
         self.messages.clear();
         self.handled.clear();
@@ -92,7 +92,7 @@ impl Scratch {
 }
 
 /// What every task of a batch reads.
-pub(super) struct Shared<'a, 'c> {
+pub(super) struct BatchInputs<'a, 'c> {
     /// The polled messages.
     pub(super) batch: &'a [Polled<'c>],
     pub(super) inputs: &'a [Input],
@@ -103,15 +103,15 @@ pub(super) struct Shared<'a, 'c> {
 /// Task `id` decodes and processes its messages of the batch, in order,
 /// moving its positions past each one; it stops at a failure.
 pub(super) fn handle(
-    shared: &Shared<'_, '_>,
+    shared: &BatchInputs<'_, '_>,
     id: i32,
     task: &mut Task,
     cursor: &mut TaskCursor,
-    scratch: &mut Scratch,
+    share: &mut BatchShare,
 ) {
     task.set_processing_time(shared.now);
     let mut records = task.records();
-    for &(index, input) in &scratch.messages {
+    for &(index, input) in &share.messages {
         let message = &shared.batch[index].0;
         // Behind the task's position: processed already. Only the engine
         // moves a task back (a rewind seeks it, and its state, to the last
@@ -124,9 +124,9 @@ pub(super) fn handle(
         if let Some(next) = cursor.positions[input]
             && message.offset() < next
         {
-            scratch
+            share
                 .behind
-                .get_or_insert_with(|| Behind {
+                .get_or_insert_with(|| SkippedBehind {
                     topic: message.topic().to_string(),
                     offset: message.offset(),
                     position: next,
@@ -138,7 +138,7 @@ pub(super) fn handle(
         let headers = message.headers();
         let origin = wire::origin(message, &shared.inputs[input].topic, &headers);
         let timestamp = wire::timestamp(message, shared.now);
-        let outputs = &mut scratch.outputs;
+        let outputs = &mut share.outputs;
         let result = match &shared.inputs[input].kind {
             InputKind::Source(sources) => {
                 let mut result = Ok(());
@@ -176,12 +176,12 @@ pub(super) fn handle(
             }
         };
         if let Err(source) = result {
-            scratch.error = Some(RuntimeError::Task { task: id, source });
+            share.error = Some(RuntimeError::Task { task: id, source });
             return;
         }
         cursor.positions[input] = Some(message.offset() + 1);
-        let end = scratch.outputs.len();
-        scratch.handled.push(Handled {
+        let end = share.outputs.len();
+        share.handled.push(HandledMessage {
             index,
             input,
             headers,

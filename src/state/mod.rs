@@ -184,7 +184,7 @@ pub struct ChangelogEntry {
     pub(crate) value: Option<Box<[u8]>>,
 }
 
-enum Slot<V> {
+enum CacheEntry<V> {
     /// Same as the backend; kept as a read cache.
     Clean(V),
     /// Written since the last commit.
@@ -195,21 +195,21 @@ enum Slot<V> {
 
 /// The live value of a slot, which becomes dirty if it was clean.
 fn dirty_value<'s, V>(
-    slot: &'s mut Slot<V>,
+    slot: &'s mut CacheEntry<V>,
     dirty: &mut usize,
     written: &mut Written,
     key: &[u8],
     cached: usize,
 ) -> Option<&'s mut V> {
-    if let Slot::Clean(_) = slot
-        && let Slot::Clean(value) = std::mem::replace(slot, Slot::Deleted)
+    if let CacheEntry::Clean(_) = slot
+        && let CacheEntry::Clean(value) = std::mem::replace(slot, CacheEntry::Deleted)
     {
-        *slot = Slot::Dirty(value);
+        *slot = CacheEntry::Dirty(value);
         *dirty += 1;
         written.mark(key, cached);
     }
     match slot {
-        Slot::Dirty(v) => Some(v),
+        CacheEntry::Dirty(v) => Some(v),
         _ => None,
     }
 }
@@ -293,7 +293,7 @@ impl EntrySize {
 
 struct Overlay<V> {
     name: String,
-    slots: BTreeMap<Box<[u8]>, Slot<V>>,
+    slots: BTreeMap<Box<[u8]>, CacheEntry<V>>,
     /// What was written since the last commit, so a commit costs what was
     /// written, not what is cached.
     written: Written,
@@ -408,7 +408,7 @@ impl<V> Overlay<V> {
             .slots
             .range::<[u8], _>((from, Bound::Unbounded))
             .chain(self.slots.iter())
-            .filter(|(_, slot)| matches!(slot, Slot::Clean(_)))
+            .filter(|(_, slot)| matches!(slot, CacheEntry::Clean(_)))
             .map(|(key, _)| key.clone())
             .take(excess)
             .collect();
@@ -426,7 +426,7 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
         if self.dirty == 0 {
             return Ok(());
         }
-        let pending: Box<dyn Iterator<Item = (&[u8], &Slot<V>)>> = if self.walk_slots() {
+        let pending: Box<dyn Iterator<Item = (&[u8], &CacheEntry<V>)>> = if self.walk_slots() {
             Box::new(self.slots.iter().map(|(key, slot)| (&**key, slot)))
         } else {
             let mut keys: Vec<&[u8]> = self.written.keys().collect();
@@ -442,8 +442,8 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
             let value = match slot {
                 // Cached, or written, forgotten and read again: nothing
                 // pending.
-                Slot::Clean(_) => continue,
-                Slot::Dirty(value) => Some(
+                CacheEntry::Clean(_) => continue,
+                CacheEntry::Dirty(value) => Some(
                     value
                         .encode()
                         .map_err(|message| StateError::Codec {
@@ -452,7 +452,7 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
                         })?
                         .into_boxed_slice(),
                 ),
-                Slot::Deleted => None,
+                CacheEntry::Deleted => None,
             };
             out.push(ChangelogEntry {
                 store,
@@ -493,25 +493,27 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
         }
         if self.walk_slots() {
             self.slots.retain(|_, slot| {
-                if let Slot::Dirty(_) = slot
-                    && let Slot::Dirty(value) = std::mem::replace(slot, Slot::Deleted)
+                if let CacheEntry::Dirty(_) = slot
+                    && let CacheEntry::Dirty(value) = std::mem::replace(slot, CacheEntry::Deleted)
                 {
-                    *slot = Slot::Clean(value);
+                    *slot = CacheEntry::Clean(value);
                 }
-                !matches!(slot, Slot::Deleted)
+                !matches!(slot, CacheEntry::Deleted)
             });
         } else {
             for key in self.written.keys() {
                 match self.slots.get_mut(key) {
-                    Some(Slot::Deleted) => {
+                    Some(CacheEntry::Deleted) => {
                         self.slots.remove(key);
                     }
-                    Some(slot @ Slot::Dirty(_)) => {
-                        if let Slot::Dirty(value) = std::mem::replace(slot, Slot::Deleted) {
-                            *slot = Slot::Clean(value);
+                    Some(slot @ CacheEntry::Dirty(_)) => {
+                        if let CacheEntry::Dirty(value) =
+                            std::mem::replace(slot, CacheEntry::Deleted)
+                        {
+                            *slot = CacheEntry::Clean(value);
                         }
                     }
-                    None | Some(Slot::Clean(_)) => {}
+                    None | Some(CacheEntry::Clean(_)) => {}
                 }
             }
         }
@@ -521,7 +523,7 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
 
     fn forget(&mut self, key: &[u8]) {
         if let Some(slot) = self.slots.remove(key)
-            && !matches!(slot, Slot::Clean(_))
+            && !matches!(slot, CacheEntry::Clean(_))
         {
             self.dirty -= 1;
         }
@@ -529,10 +531,11 @@ impl<V: StateValue> ErasedOverlay for Overlay<V> {
 
     fn abort(&mut self) {
         if self.walk_slots() {
-            self.slots.retain(|_, slot| matches!(slot, Slot::Clean(_)));
+            self.slots
+                .retain(|_, slot| matches!(slot, CacheEntry::Clean(_)));
         } else {
             for key in self.written.keys() {
-                if let Some(Slot::Dirty(_) | Slot::Deleted) = self.slots.get(key) {
+                if let Some(CacheEntry::Dirty(_) | CacheEntry::Deleted) = self.slots.get(key) {
                     self.slots.remove(key);
                 }
             }
@@ -794,15 +797,17 @@ impl<V: StateValue> StoreView<'_, V> {
     /// a live value is now there.
     fn load(&mut self, key: &[u8]) -> Result<bool, StateError> {
         match self.overlay.slots.get(key) {
-            Some(Slot::Clean(_) | Slot::Dirty(_)) => return Ok(true),
-            Some(Slot::Deleted) => return Ok(false),
+            Some(CacheEntry::Clean(_) | CacheEntry::Dirty(_)) => return Ok(true),
+            Some(CacheEntry::Deleted) => return Ok(false),
             None => {}
         }
         match self.backend.get(self.store, key)? {
             Some(bytes) => {
                 let value = self.decode(&bytes)?;
                 self.overlay.size.observe(key.len(), bytes.len());
-                self.overlay.slots.insert(key.into(), Slot::Clean(value));
+                self.overlay
+                    .slots
+                    .insert(key.into(), CacheEntry::Clean(value));
                 Ok(true)
             }
             None => Ok(false),
@@ -814,7 +819,7 @@ impl<V: StateValue> StoreView<'_, V> {
             return Ok(None);
         }
         Ok(match self.overlay.slots.get(key) {
-            Some(Slot::Clean(v) | Slot::Dirty(v)) => Some(v),
+            Some(CacheEntry::Clean(v) | CacheEntry::Dirty(v)) => Some(v),
             _ => None,
         })
     }
@@ -863,14 +868,16 @@ impl<V: StateValue> StoreView<'_, V> {
         let cached = self.overlay.slots.len();
         match self.overlay.slots.get_mut(key) {
             Some(slot) => {
-                if matches!(slot, Slot::Clean(_)) {
+                if matches!(slot, CacheEntry::Clean(_)) {
                     self.overlay.dirty += 1;
                     self.overlay.written.mark(key, cached);
                 }
-                *slot = Slot::Dirty(value);
+                *slot = CacheEntry::Dirty(value);
             }
             None => {
-                self.overlay.slots.insert(key.into(), Slot::Dirty(value));
+                self.overlay
+                    .slots
+                    .insert(key.into(), CacheEntry::Dirty(value));
                 self.overlay.dirty += 1;
                 self.overlay.written.mark(key, cached + 1);
             }
@@ -881,14 +888,14 @@ impl<V: StateValue> StoreView<'_, V> {
         let cached = self.overlay.slots.len();
         match self.overlay.slots.get_mut(key) {
             Some(slot) => {
-                if matches!(slot, Slot::Clean(_)) {
+                if matches!(slot, CacheEntry::Clean(_)) {
                     self.overlay.dirty += 1;
                     self.overlay.written.mark(key, cached);
                 }
-                *slot = Slot::Deleted;
+                *slot = CacheEntry::Deleted;
             }
             None => {
-                self.overlay.slots.insert(key.into(), Slot::Deleted);
+                self.overlay.slots.insert(key.into(), CacheEntry::Deleted);
                 self.overlay.dirty += 1;
                 self.overlay.written.mark(key, cached + 1);
             }
@@ -900,15 +907,15 @@ impl<V: StateValue> StoreView<'_, V> {
         if !self.load(key)? {
             return Ok(None);
         }
-        let previous = self.overlay.slots.insert(key.into(), Slot::Deleted);
+        let previous = self.overlay.slots.insert(key.into(), CacheEntry::Deleted);
         Ok(match previous {
-            Some(Slot::Clean(v)) => {
+            Some(CacheEntry::Clean(v)) => {
                 self.overlay.dirty += 1;
                 let cached = self.overlay.slots.len();
                 self.overlay.written.mark(key, cached);
                 Some(v)
             }
-            Some(Slot::Dirty(v)) => Some(v),
+            Some(CacheEntry::Dirty(v)) => Some(v),
             _ => None,
         })
     }
@@ -945,7 +952,7 @@ impl<V: StateValue> StoreView<'_, V> {
                 }
             };
             if take_pending {
-                if let Some((key, Slot::Clean(v) | Slot::Dirty(v))) = pending.next() {
+                if let Some((key, CacheEntry::Clean(v) | CacheEntry::Dirty(v))) = pending.next() {
                     out.push((key.clone(), v.clone()));
                 }
             } else if let Some((key, bytes)) = next_committed.take() {
@@ -996,7 +1003,7 @@ impl<V: StateValue> StoreView<'_, V> {
             };
             if take_pending {
                 match pending.next() {
-                    Some((key, Slot::Clean(v) | Slot::Dirty(v))) => {
+                    Some((key, CacheEntry::Clean(v) | CacheEntry::Dirty(v))) => {
                         return Ok(Some((key.clone(), v.clone())));
                     }
                     // Deleted here: look further down.
@@ -1025,7 +1032,7 @@ impl<V: StateValue> StoreView<'_, V> {
             .overlay
             .slots
             .values()
-            .filter(|slot| !matches!(slot, Slot::Deleted))
+            .filter(|slot| !matches!(slot, CacheEntry::Deleted))
             .count();
         Ok(committed_only + live)
     }
@@ -1407,10 +1414,15 @@ mod tests {
             assert!(overlay.written.len() == 0);
             assert_eq!(overlay.dirty, 0);
             assert_eq!(overlay.slots.len() as u64, cached - 1, "k1 is gone");
-            assert!(overlay.slots.values().all(|s| matches!(s, Slot::Clean(_))));
+            assert!(
+                overlay
+                    .slots
+                    .values()
+                    .all(|s| matches!(s, CacheEntry::Clean(_)))
+            );
             assert!(matches!(
                 overlay.slots.get(&b"k3"[..]),
-                Some(Slot::Clean(30))
+                Some(CacheEntry::Clean(30))
             ));
         }
 
@@ -1426,7 +1438,12 @@ mod tests {
         assert_eq!(state.view(h).get(b"other").unwrap(), None);
         let overlay = overlay(&mut state);
         assert_eq!((overlay.dirty, overlay.written.len()), (0, 0));
-        assert!(overlay.slots.values().all(|s| matches!(s, Slot::Clean(_))));
+        assert!(
+            overlay
+                .slots
+                .values()
+                .all(|s| matches!(s, CacheEntry::Clean(_)))
+        );
     }
 
     #[test]

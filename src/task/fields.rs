@@ -1,6 +1,6 @@
 //! The field-at-a-time path: a source whose every record goes to one
 //! fold-like node that reads only some fields of the value has just those
-//! fields built from the bytes ([`FieldPath`]), unless most of its records
+//! fields built from the bytes ([`FieldwiseSource`]), unless most of its records
 //! are bound for other tasks, when building the whole record costs less.
 
 use std::borrow::Cow;
@@ -17,7 +17,7 @@ use crate::state::timers::Clock;
 use crate::topology::Topology;
 
 /// What [`Task::source_fields`] did with a record.
-pub(super) enum FieldsWay {
+pub(super) enum FieldsRead {
     /// Its operator took the fields it reads.
     Taken,
     /// It is to be taken whole.
@@ -27,7 +27,7 @@ pub(super) enum FieldsWay {
 /// A source whose records may be read a field at a time: the node and
 /// input they go to, that node being its only target and reading only
 /// some fields of a value ([`crate::operators::Operator::reads`]).
-pub(super) struct FieldPath {
+pub(super) struct FieldwiseSource {
     pub(super) node: usize,
     pub(super) input: usize,
     /// The node's `key_by` pointer, if any, then the pointers it reads.
@@ -68,19 +68,19 @@ impl Task {
         codecs: &Codecs,
         timestamp: Timestamp,
         out: &mut Vec<Output>,
-    ) -> Result<FieldsWay, TaskError> {
+    ) -> Result<FieldsRead, TaskError> {
         let Some(path) = &mut self.field_paths[source] else {
-            return Ok(FieldsWay::Whole);
+            return Ok(FieldsRead::Whole);
         };
         if path.elsewhere > ELSEWHERE_LIMIT {
             path.skipped += 1;
             if path.skipped < ELSEWHERE_PROBE {
-                return Ok(FieldsWay::Whole);
+                return Ok(FieldsRead::Whole);
             }
             path.skipped = 0;
         }
         let Some(keyless) = codecs.plain_json_keyless(source) else {
-            return Ok(FieldsWay::Whole);
+            return Ok(FieldsRead::Whole);
         };
         #[cfg(test)]
         {
@@ -89,7 +89,7 @@ impl Task {
         let path = &*path;
         let (node, input, projection) = (path.node, path.input, &path.projection);
         let Some(values) = origin.payload.and_then(|payload| projection.read(payload)) else {
-            return Ok(FieldsWay::Whole);
+            return Ok(FieldsRead::Whole);
         };
         let read_key = match origin.key {
             Some(key) if !keyless => Some(key),
@@ -103,7 +103,7 @@ impl Task {
             match values[projection.slot(0)].as_ref().filter(|v| !v.is_null()) {
                 Some(Value::String(text)) if key.as_deref() == Some(text.as_bytes()) => {}
                 Some(value) => key = Some(Cow::Owned(key_bytes(value).into())),
-                None => return Ok(FieldsWay::Whole),
+                None => return Ok(FieldsRead::Whole),
             }
             if let (
                 Routing::Partitioned {
@@ -115,7 +115,7 @@ impl Task {
                 && partition_for(key, partitions) != partition
             {
                 self.note_elsewhere(source, true);
-                return Ok(FieldsWay::Whole);
+                return Ok(FieldsRead::Whole);
             }
         }
         let keyed = path.keyed;
@@ -135,11 +135,11 @@ impl Task {
         {
             self.fields_taken += 1;
         }
-        Ok(FieldsWay::Taken)
+        Ok(FieldsRead::Taken)
     }
 
     /// Moves source `source`'s average of records bound elsewhere
-    /// ([`FieldPath::elsewhere`]) by one record.
+    /// ([`FieldwiseSource::elsewhere`]) by one record.
     ///
     /// Above the limit only probes are counted, so each weighs more: a
     /// source whose records turn local is read a field at a time again

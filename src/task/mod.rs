@@ -39,7 +39,7 @@ use crate::topology::{Target, Topology};
 
 pub use dead_letter::DeadLetter;
 pub(crate) use dead_letter::{DeadLetterAt, dead_letter, dlq_headers, sink_dead_letter};
-use fields::FieldPath;
+use fields::FieldwiseSource;
 pub use records::Records;
 
 /// Timers read from a store at a time.
@@ -133,7 +133,7 @@ pub struct Task {
     /// Per source whose records may be read a field at a time, where they
     /// go and what is read, so [`Records::process_source_bytes`] may
     /// build just those fields.
-    field_paths: Vec<Option<FieldPath>>,
+    field_paths: Vec<Option<FieldwiseSource>>,
     /// Records taken a field at a time, for tests to see that way taken.
     #[cfg(test)]
     fields_taken: usize,
@@ -205,7 +205,7 @@ impl Task {
                     let reads = nodes[*node].operator.reads()?;
                     let key_by = topology.nodes[*node].common.key_by.as_ref();
                     let pointers: Vec<&JsonPointer> = key_by.into_iter().chain(reads).collect();
-                    Some(FieldPath {
+                    Some(FieldwiseSource {
                         node: *node,
                         input: *input,
                         projection: json::Projection::new(&pointers),

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::fields::FieldsWay;
+use super::fields::FieldsRead;
 use super::{Output, Seen, TIMERS_PER_RECORD, Task, TaskError, Upstream, dead_letter};
 use crate::formats::{CodecError, Codecs};
 use crate::record::{Origin, Record, Timestamp};
@@ -48,7 +48,7 @@ impl Records<'_> {
     /// JSON, a missing `key_by` field, a record bound for another
     /// partition's task) is taken whole, so the two ways differ in cost
     /// only. A source most of whose records are bound for other tasks is
-    /// taken whole from the start, as that costs less ([`super::fields::FieldPath`]).
+    /// taken whole from the start, as that costs less ([`super::fields::FieldwiseSource`]).
     pub fn process_source_bytes(
         &mut self,
         source: usize,
@@ -62,8 +62,8 @@ impl Records<'_> {
                 .task
                 .source_fields(&self.topology, source, origin, codecs, timestamp, out)?
             {
-                FieldsWay::Taken => return Ok(()),
-                FieldsWay::Whole => codecs.decode_record(
+                FieldsRead::Taken => return Ok(()),
+                FieldsRead::Whole => codecs.decode_record(
                     source,
                     origin.key,
                     origin.payload,

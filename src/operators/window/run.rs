@@ -15,8 +15,8 @@ use serde_json::{Map, Number, Value};
 use smallvec::SmallVec;
 
 use super::{EmitMode, Shape, WindowKind};
-use crate::operators::common::{OnReject, ago, entity_prefix, from_ordered_i64, ordered_i64};
 use crate::operators::fold::{Acc, FieldRule, Sum, check, contribution};
+use crate::operators::keyed::{OnReject, ago, entity_prefix, from_ordered_i64, ordered_i64};
 use crate::operators::{Context, OpError, Operator};
 use crate::record::json::rfc3339_millis;
 use crate::record::{Record, Timestamp, key_text};
@@ -32,7 +32,7 @@ const EXPIRE: u8 = 1;
 /// One window as stored; for sliding windows, one bucket: the records of
 /// one key at one time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Slot {
+pub(crate) struct StoredWindow {
     /// Window start (a bucket's time).
     start: Timestamp,
     /// Window end: exclusive for tumbling and hopping windows, a session's
@@ -46,7 +46,7 @@ pub(crate) struct Slot {
     acc: Vec<Acc>,
 }
 
-impl JsonState for Slot {}
+impl JsonState for StoredWindow {}
 
 /// What a window is, as emitted.
 struct Span {
@@ -56,7 +56,7 @@ struct Span {
 
 pub(crate) struct Window {
     shape: Shape,
-    store: StoreHandle<Slot>,
+    store: StoreHandle<StoredWindow>,
     emit: EmitMode,
     on_late: OnReject,
     fields: Vec<(String, FieldRule)>,
@@ -147,7 +147,7 @@ fn combine(earlier: &mut [Acc], later: &[Acc], fields: &[(String, FieldRule)]) {
 impl Window {
     pub(crate) fn new(
         shape: Shape,
-        store: StoreHandle<Slot>,
+        store: StoreHandle<StoredWindow>,
         emit: EmitMode,
         on_late: OnReject,
         fields: Vec<(String, FieldRule)>,
@@ -170,8 +170,8 @@ impl Window {
         end: Timestamp,
         t: Timestamp,
         values: &[Option<&Value>],
-    ) -> Slot {
-        let mut slot = Slot {
+    ) -> StoredWindow {
+        let mut slot = StoredWindow {
             start,
             end,
             latest: t,
@@ -186,7 +186,7 @@ impl Window {
         slot
     }
 
-    fn merge(&self, slot: &mut Slot, t: Timestamp, values: &[Option<&Value>]) {
+    fn merge(&self, slot: &mut StoredWindow, t: Timestamp, values: &[Option<&Value>]) {
         for ((acc, (_, rule)), value) in slot.acc.iter_mut().zip(&self.fields).zip(values) {
             acc.merge(*value, rule.max_len.map_or(usize::MAX, |n| n.get()));
         }
@@ -195,7 +195,7 @@ impl Window {
     }
 
     /// When a stored window closes, and when its state may go.
-    fn deadlines(&self, slot: &Slot) -> (Timestamp, Timestamp) {
+    fn deadlines(&self, slot: &StoredWindow) -> (Timestamp, Timestamp) {
         let s = &self.shape;
         match s.kind {
             WindowKind::Session => {
@@ -225,7 +225,7 @@ impl Window {
     /// The timers a stored window keeps: its close (when it emits then) and
     /// its expiry (when later than its close, or when nothing emits at
     /// close). A close timer due at the expiry also deletes.
-    fn timers_of(&self, slot: &Slot) -> SmallVec<[(Timestamp, u8); 2]> {
+    fn timers_of(&self, slot: &StoredWindow) -> SmallVec<[(Timestamp, u8); 2]> {
         let (close, expire) = self.deadlines(slot);
         let mut timers = SmallVec::new();
         let closes = self.emit == EmitMode::OnClose && self.shape.kind != WindowKind::Sliding;
@@ -238,14 +238,19 @@ impl Window {
         timers
     }
 
-    fn arm(&self, key: &[u8], slot: &Slot, ctx: &mut Context<'_>) -> Result<(), OpError> {
+    fn arm(&self, key: &[u8], slot: &StoredWindow, ctx: &mut Context<'_>) -> Result<(), OpError> {
         for (at, tag) in self.timers_of(slot) {
             ctx.set_timer(Clock::Event, at, &timer_key(key, tag))?;
         }
         Ok(())
     }
 
-    fn disarm(&self, key: &[u8], slot: &Slot, ctx: &mut Context<'_>) -> Result<(), OpError> {
+    fn disarm(
+        &self,
+        key: &[u8],
+        slot: &StoredWindow,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), OpError> {
         for (at, tag) in self.timers_of(slot) {
             ctx.cancel_timer(Clock::Event, at, &timer_key(key, tag))?;
         }
@@ -275,7 +280,7 @@ impl Window {
     }
 
     /// The span a stored window is emitted as.
-    fn span(&self, slot: &Slot) -> Span {
+    fn span(&self, slot: &StoredWindow) -> Span {
         Span {
             start: slot.start,
             end: slot.end,
@@ -400,7 +405,7 @@ impl Window {
         // the last one starting by `t + gap`. Open sessions never overlap,
         // so the walk stops at the first open one ending before `t - gap`;
         // closed ones kept for `retention` are stepped over.
-        let mut touching: Vec<(Box<[u8]>, Slot)> = Vec::new();
+        let mut touching: Vec<(Box<[u8]>, StoredWindow)> = Vec::new();
         let mut upper = store_key(prefix, t.saturating_add(gap));
         let mut included = true;
         loop {

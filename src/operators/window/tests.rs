@@ -62,7 +62,7 @@ fn tumbling_windows_emit_their_final_count_once_when_they_close() {
     assert_eq!(h.count(NodeCounter::WindowClosed), 3);
     assert_eq!(h.count(NodeCounter::WindowExpired), 3);
     // Closed windows are gone: the state is bounded.
-    assert_eq!(h.store::<run::Slot>("windows").count().unwrap(), 0);
+    assert_eq!(h.store::<run::StoredWindow>("windows").count().unwrap(), 0);
 }
 
 #[test]
@@ -110,9 +110,9 @@ fn on_update_emits_each_change_and_keeps_windows_until_retention() {
     assert_eq!(feed(&mut h, "a", 1), vec![w("a", 0, 10, 1)]);
     assert_eq!(feed(&mut h, "a", 2), vec![w("a", 0, 10, 2)]);
     assert!(close_all(&mut h, 999).is_empty());
-    assert_eq!(h.store::<run::Slot>("windows").count().unwrap(), 1);
+    assert_eq!(h.store::<run::StoredWindow>("windows").count().unwrap(), 1);
     assert!(close_all(&mut h, 1000).is_empty());
-    assert_eq!(h.store::<run::Slot>("windows").count().unwrap(), 0);
+    assert_eq!(h.store::<run::StoredWindow>("windows").count().unwrap(), 0);
     assert_eq!(h.count(NodeCounter::WindowExpired), 1);
 }
 
@@ -122,7 +122,7 @@ fn a_record_filling_the_gap_merges_two_sessions() {
     feed(&mut h, "a", 0);
     feed(&mut h, "a", 5);
     feed(&mut h, "a", 30);
-    assert_eq!(h.store::<run::Slot>("windows").count().unwrap(), 2);
+    assert_eq!(h.store::<run::StoredWindow>("windows").count().unwrap(), 2);
     // 18 is within 10 of 5? No: 13 away. It opens a third session,
     // which 24 then bridges to the one at 30 and 15 to the first.
     feed(&mut h, "a", 18);
@@ -134,7 +134,7 @@ fn a_record_filling_the_gap_merges_two_sessions() {
     let mut out = close_all(&mut h, 1000);
     out.sort();
     assert_eq!(out, vec![w("a", 0, 30, 6), w("b", 14, 14, 1)]);
-    assert_eq!(h.store::<run::Slot>("windows").count().unwrap(), 0);
+    assert_eq!(h.store::<run::StoredWindow>("windows").count().unwrap(), 0);
 }
 
 #[test]
@@ -183,7 +183,7 @@ fn sliding_windows_are_the_distinct_record_sets_within_the_time_difference() {
         ]
     );
     assert_eq!(h.count(NodeCounter::WindowClosed), 3);
-    assert_eq!(h.store::<run::Slot>("buckets").count().unwrap(), 0);
+    assert_eq!(h.store::<run::StoredWindow>("buckets").count().unwrap(), 0);
 
     let mut h = window(json!({
         "window": "sliding", "size": "10ms", "grace": "100ms", "emit": "on_update"

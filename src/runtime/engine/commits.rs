@@ -11,7 +11,7 @@ use rdkafka::consumer::BaseConsumer;
 
 use super::context::EngineContext;
 use super::housekeeping::publish_task_metrics;
-use super::{Engine, Slot};
+use super::{AssignedTask, Engine};
 use crate::runtime::RuntimeError;
 use crate::runtime::commit::{CommitError, CycleTask};
 use crate::telemetry;
@@ -38,14 +38,14 @@ fn abort_backoff(n: u32) -> Duration {
 
 impl Engine {
     /// Every task, for the commit cycle.
-    pub(super) fn cycle_tasks(tasks: &mut BTreeMap<i32, Slot>) -> Vec<CycleTask<'_>> {
+    pub(super) fn cycle_tasks(tasks: &mut BTreeMap<i32, AssignedTask>) -> Vec<CycleTask<'_>> {
         tasks
             .iter_mut()
-            .map(|(&id, slot)| CycleTask {
+            .map(|(&id, assigned)| CycleTask {
                 id,
-                task: &mut slot.task,
-                cursor: &mut slot.cursor,
-                running: slot.running,
+                task: &mut assigned.task,
+                cursor: &mut assigned.cursor,
+                running: assigned.running,
             })
             .collect()
     }
@@ -127,8 +127,8 @@ impl Engine {
         };
         let tasks: Vec<i32> = self.tasks.keys().copied().collect();
         for task in tasks {
-            if let Some(mut slot) = self.tasks.remove(&task) {
-                publish_task_metrics(&self.topology, task, &mut slot, true);
+            if let Some(mut assigned) = self.tasks.remove(&task) {
+                publish_task_metrics(&self.topology, task, &mut assigned, true);
             }
             let _ = self.restorer.remove(task);
         }

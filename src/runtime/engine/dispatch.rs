@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{Engine, Slot};
+use super::{AssignedTask, Engine};
 use crate::formats::Wire;
 use crate::record::{Origin, Record};
-use crate::runtime::batch::{self, Polled, Shared};
+use crate::runtime::batch::{self, BatchInputs, Polled};
 use crate::runtime::commit::{FaultPoint, Produce, Refusal};
 use crate::runtime::{RuntimeError, wire};
 use crate::task::partitioner::partition_for;
@@ -48,50 +48,50 @@ impl Engine {
             let Some(input) = input else {
                 continue;
             };
-            let Some(slot) = self.tasks.get_mut(&message.partition()) else {
+            let Some(assigned) = self.tasks.get_mut(&message.partition()) else {
                 continue;
             };
             // Fetched before the task's partitions were paused, or before
             // it started (a prefetch for the task it was before a
             // rebalance): the task seeks to its committed offsets when it
             // starts.
-            if !slot.running || *epoch < slot.since {
+            if !assigned.running || *epoch < assigned.since {
                 continue;
             }
-            if slot.scratch.messages.is_empty() {
+            if assigned.share.messages.is_empty() {
                 self.busy.push(message.partition());
             }
-            slot.scratch.messages.push((index, input));
+            assigned.share.messages.push((index, input));
         }
         if self.busy.is_empty() {
             return Ok(());
         }
         if let Err(error) = self.cycle.txn.begin() {
-            clear_scratch(&mut self.tasks, &self.busy);
+            clear_shares(&mut self.tasks, &self.busy);
             return Err(RuntimeError::Commit(error));
         }
-        let shared = Shared {
+        let shared = BatchInputs {
             batch: polled,
             inputs: &self.inputs,
             codecs: &self.codecs,
             now: self.now,
         };
-        let mut work: Vec<(&i32, &mut Slot)> = self
+        let mut work: Vec<(&i32, &mut AssignedTask)> = self
             .tasks
             .iter_mut()
-            .filter(|(_, s)| !s.scratch.messages.is_empty())
+            .filter(|(_, s)| !s.share.messages.is_empty())
             .collect();
         crate::runtime::threads::for_each_after(
             self.pool.as_ref(),
             &mut work,
             prefetch,
-            |(id, slot)| {
+            |(id, assigned)| {
                 batch::handle(
                     &shared,
                     **id,
-                    &mut slot.task,
-                    &mut slot.cursor,
-                    &mut slot.scratch,
+                    &mut assigned.task,
+                    &mut assigned.cursor,
+                    &mut assigned.share,
                 );
             },
         );
@@ -100,7 +100,7 @@ impl Engine {
         let result = busy
             .iter()
             .try_for_each(|&task| self.produce_batch(task, polled));
-        clear_scratch(&mut self.tasks, &busy);
+        clear_shares(&mut self.tasks, &busy);
         self.busy = busy;
         result?;
         self.cycle
@@ -115,15 +115,15 @@ impl Engine {
         task: i32,
         polled: &[Polled<'_>],
     ) -> Result<(), RuntimeError> {
-        let Some(slot) = self.tasks.get_mut(&task) else {
+        let Some(assigned) = self.tasks.get_mut(&task) else {
             return Ok(());
         };
-        let mut scratch = std::mem::take(&mut slot.scratch);
-        let handled = scratch.handled.len() as u64;
+        let mut share = std::mem::take(&mut assigned.share);
+        let handled = share.handled.len() as u64;
         self.consumed_unreported += handled;
         self.consumed_uncommitted += handled;
-        if let Some(behind) = scratch.behind.take() {
-            let crate::runtime::batch::Behind {
+        if let Some(behind) = share.behind.take() {
+            let crate::runtime::batch::SkippedBehind {
                 topic,
                 offset,
                 position,
@@ -141,10 +141,10 @@ impl Engine {
         // The handled messages' topics, borrowed while `produce` borrows
         // the engine.
         let inputs = Arc::clone(&self.inputs);
-        let mut outputs = scratch.outputs.drain(..);
+        let mut outputs = share.outputs.drain(..);
         let mut start = 0;
         let mut result = Ok(());
-        for message in &scratch.handled {
+        for message in &share.handled {
             let count = message.end - start;
             start = message.end;
             // Most records emit nothing (a fold's events until it closes).
@@ -160,11 +160,11 @@ impl Engine {
             }
         }
         drop(outputs);
-        if let Some(error) = scratch.error.take() {
+        if let Some(error) = share.error.take() {
             result = result.and(Err(error));
         }
-        if let Some(slot) = self.tasks.get_mut(&task) {
-            slot.scratch = scratch;
+        if let Some(assigned) = self.tasks.get_mut(&task) {
+            assigned.share = share;
         }
         result
     }
@@ -186,8 +186,10 @@ impl Engine {
                         Ok(wire) => wire,
                         Err(reason) => {
                             let code = DeadLetterReason::Unencodable;
-                            if let Some(slot) = self.tasks.get_mut(&task) {
-                                slot.task.count_dead_letter(DeadLetterAt::Sink(sink), code);
+                            if let Some(assigned) = self.tasks.get_mut(&task) {
+                                assigned
+                                    .task
+                                    .count_dead_letter(DeadLetterAt::Sink(sink), code);
                             }
                             let letter =
                                 crate::task::sink_dead_letter(origin, name, code, &reason, &record);
@@ -281,8 +283,8 @@ impl Engine {
                 .increment(1);
         }
         let code = refusal.code();
-        if let Some(slot) = self.tasks.get_mut(&at.0) {
-            slot.task.count_dead_letter(at.1, code);
+        if let Some(assigned) = self.tasks.get_mut(&at.0) {
+            assigned.task.count_dead_letter(at.1, code);
         }
         let letter = crate::task::sink_dead_letter(origin, name, code, reason, record);
         self.send_dead_letter(&letter)
@@ -291,10 +293,10 @@ impl Engine {
 
 /// Empties the batch buffers of `busy` tasks, whatever became of their
 /// work: the next batch starts from nothing.
-pub(super) fn clear_scratch(tasks: &mut BTreeMap<i32, Slot>, busy: &[i32]) {
+pub(super) fn clear_shares(tasks: &mut BTreeMap<i32, AssignedTask>, busy: &[i32]) {
     for task in busy {
-        if let Some(slot) = tasks.get_mut(task) {
-            slot.scratch.clear();
+        if let Some(assigned) = tasks.get_mut(task) {
+            assigned.share.clear();
         }
     }
 }

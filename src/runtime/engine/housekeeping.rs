@@ -9,8 +9,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::Offset;
 
 use super::context::EngineContext;
-use super::dispatch::clear_scratch;
-use super::{Engine, Slot};
+use super::dispatch::clear_shares;
+use super::{AssignedTask, Engine};
 use crate::runtime::commit::FaultPoint;
 use crate::runtime::{RuntimeError, wall_clock_ms};
 use crate::telemetry::{self, DeadLetterReason, NodeCounter};
@@ -53,7 +53,7 @@ impl Engine {
             && self
                 .tasks
                 .values()
-                .any(|slot| slot.running && slot.task.timer_budget_spent())
+                .any(|assigned| assigned.running && assigned.task.timer_budget_spent())
         {
             // Records fired all the timers a transaction may: commit it, and
             // punctuate at once to fire the next round.
@@ -83,8 +83,8 @@ impl Engine {
             self.next_metrics = now + Duration::from_secs(1);
             // A restoring task has no state to report yet: its gauges
             // appear once it runs, never as a misleading 0.
-            for (&task, slot) in self.tasks.iter_mut().filter(|(_, s)| s.running) {
-                publish_task_metrics(&self.topology, task, slot, false);
+            for (&task, assigned) in self.tasks.iter_mut().filter(|(_, s)| s.running) {
+                publish_task_metrics(&self.topology, task, assigned, false);
             }
             let app = self.topology.name.clone();
             metrics::gauge!(telemetry::STATE_BLOCK_CACHE, "topology" => app.clone())
@@ -101,14 +101,14 @@ impl Engine {
     /// threads; returns whether a task has more due than one round fires.
     pub(super) fn punctuate(&mut self) -> Result<bool, RuntimeError> {
         let now = self.now;
-        let mut work: Vec<(&i32, &mut Slot)> =
+        let mut work: Vec<(&i32, &mut AssignedTask)> =
             self.tasks.iter_mut().filter(|(_, s)| s.running).collect();
-        crate::runtime::threads::for_each(self.pool.as_ref(), &mut work, |(id, slot)| {
+        crate::runtime::threads::for_each(self.pool.as_ref(), &mut work, |(id, assigned)| {
             let task = **id;
-            slot.task.set_processing_time(now);
-            match slot.task.punctuate(&mut slot.scratch.outputs) {
-                Ok(more) => slot.scratch.more_due = more,
-                Err(source) => slot.scratch.error = Some(RuntimeError::Task { task, source }),
+            assigned.task.set_processing_time(now);
+            match assigned.task.punctuate(&mut assigned.share.outputs) {
+                Ok(more) => assigned.share.more_due = more,
+                Err(source) => assigned.share.error = Some(RuntimeError::Task { task, source }),
             }
         });
         drop(work);
@@ -128,7 +128,7 @@ impl Engine {
             }
             result = self.produce_timers(task, &mut more);
         }
-        clear_scratch(&mut self.tasks, &busy);
+        clear_shares(&mut self.tasks, &busy);
         self.busy = busy;
         result.map(|()| more)
     }
@@ -139,21 +139,21 @@ impl Engine {
         task: i32,
         more: &mut bool,
     ) -> Result<(), RuntimeError> {
-        let Some(slot) = self.tasks.get_mut(&task) else {
+        let Some(assigned) = self.tasks.get_mut(&task) else {
             return Ok(());
         };
-        if let Some(error) = slot.scratch.error.take() {
+        if let Some(error) = assigned.share.error.take() {
             return Err(error);
         }
-        *more |= slot.scratch.more_due;
-        let mut outputs = std::mem::take(&mut slot.scratch.outputs);
+        *more |= assigned.share.more_due;
+        let mut outputs = std::mem::take(&mut assigned.share.outputs);
         let fired = !outputs.is_empty();
-        if fired || slot.task.state().has_pending() {
+        if fired || assigned.task.state().has_pending() {
             self.cycle.txn.begin().map_err(RuntimeError::Commit)?;
         }
         let result = self.produce(task, outputs.drain(..), None);
-        if let Some(slot) = self.tasks.get_mut(&task) {
-            slot.scratch.outputs = outputs;
+        if let Some(assigned) = self.tasks.get_mut(&task) {
+            assigned.share.outputs = outputs;
         }
         result?;
         if fired {
@@ -168,11 +168,16 @@ impl Engine {
 
 /// Publishes a task's counter deltas since the last call (as of its last
 /// commit); `closing` zeroes its gauges.
-pub(super) fn publish_task_metrics(topology: &Topology, task: i32, slot: &mut Slot, closing: bool) {
+pub(super) fn publish_task_metrics(
+    topology: &Topology,
+    task: i32,
+    assigned: &mut AssignedTask,
+    closing: bool,
+) {
     let app = topology.name.as_str();
     let partition = task.to_string();
-    for (index, (name, stats)) in slot.task.committed_stats().enumerate() {
-        let before = &slot.published[index];
+    for (index, (name, stats)) in assigned.task.committed_stats().enumerate() {
+        let before = &assigned.published[index];
         for &counter in NodeCounter::ALL {
             let delta = stats.get(counter) - before.get(counter);
             if delta > 0 {
@@ -199,7 +204,7 @@ pub(super) fn publish_task_metrics(topology: &Topology, task: i32, slot: &mut Sl
                 .set(ratio);
         }
     }
-    slot.published = slot
+    assigned.published = assigned
         .task
         .committed_stats()
         .map(|(_, s)| s.clone())

@@ -12,9 +12,9 @@ use rdkafka::topic_partition_list::Offset;
 
 use super::context::EngineContext;
 use super::housekeeping::publish_task_metrics;
-use super::{Engine, Slot};
+use super::{AssignedTask, Engine};
 use crate::runtime::RuntimeError;
-use crate::runtime::batch::Scratch;
+use crate::runtime::batch::BatchShare;
 use crate::runtime::changelog::{CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, GAUGES};
 use crate::runtime::commit::{FaultPoint, TaskCursor};
 use crate::state::rocks::RocksBackend;
@@ -59,7 +59,7 @@ impl Engine {
             .committed_stats()
             .map(|(_, s)| s.clone())
             .collect();
-        let slot = Slot {
+        let assigned = AssignedTask {
             task: state_task,
             running: false,
             since: 0,
@@ -70,9 +70,9 @@ impl Engine {
                 changelog_offsets,
             },
             published,
-            scratch: Scratch::default(),
+            share: BatchShare::default(),
         };
-        self.tasks.insert(task, slot);
+        self.tasks.insert(task, assigned);
         self.next_offsets_fetch = Instant::now();
         Ok(())
     }
@@ -160,7 +160,7 @@ impl Engine {
                 continue;
             }
             let saved = match self.tasks.get(&task) {
-                Some(slot) => slot.cursor.changelog_offsets.0.clone(),
+                Some(assigned) => assigned.cursor.changelog_offsets.0.clone(),
                 None => continue,
             };
             let out_of_range = match self.restorer.out_of_range(
@@ -186,13 +186,14 @@ impl Engine {
                 );
                 self.wipe_state(task)?;
             }
-            let Some(slot) = self.tasks.get_mut(&task) else {
+            let Some(assigned) = self.tasks.get_mut(&task) else {
                 continue;
             };
-            slot.awaiting_offsets = false;
-            slot.cursor.positions.clone_from(&committed);
-            slot.cursor.committed = committed;
-            self.restorer.add(task, &slot.cursor.changelog_offsets.0)?;
+            assigned.awaiting_offsets = false;
+            assigned.cursor.positions.clone_from(&committed);
+            assigned.cursor.committed = committed;
+            self.restorer
+                .add(task, &assigned.cursor.changelog_offsets.0)?;
         }
         Ok(())
     }
@@ -228,7 +229,7 @@ impl Engine {
         let path = self.state_root.join(task.to_string());
         // The database must be closed before its files go.
         let fresh = {
-            let Some(slot) = self.tasks.get_mut(&task) else {
+            let Some(assigned) = self.tasks.get_mut(&task) else {
                 return Ok(());
             };
             let placeholder = Task::new(
@@ -238,7 +239,7 @@ impl Engine {
                 )),
                 Routing::Direct,
             )?;
-            drop(std::mem::replace(&mut slot.task, placeholder));
+            drop(std::mem::replace(&mut assigned.task, placeholder));
             std::fs::remove_dir_all(&path).map_err(|e| {
                 RuntimeError::State(crate::state::StateError::Backend(format!(
                     "cannot remove {}: {e}",
@@ -247,9 +248,9 @@ impl Engine {
             })?;
             self.open_state(task)?
         };
-        if let Some(slot) = self.tasks.get_mut(&task) {
-            slot.task = fresh;
-            slot.cursor.changelog_offsets = ChangelogOffsets::default();
+        if let Some(assigned) = self.tasks.get_mut(&task) {
+            assigned.task = fresh;
+            assigned.cursor.changelog_offsets = ChangelogOffsets::default();
         }
         Ok(())
     }
@@ -260,20 +261,24 @@ impl Engine {
         task: i32,
     ) -> Result<(), RuntimeError> {
         let now = self.now;
-        let Some(slot) = self.tasks.get_mut(&task) else {
+        let Some(assigned) = self.tasks.get_mut(&task) else {
             return Ok(());
         };
-        slot.task.set_processing_time(now);
-        let event_time = slot
+        assigned.task.set_processing_time(now);
+        let event_time = assigned
             .task
             .state()
             .meta(EVENT_TIME)?
             .and_then(|b| String::from_utf8(b).ok()?.parse::<i64>().ok());
         if let Some(ts) = event_time {
-            slot.task.resume_event_time(ts);
+            assigned.task.resume_event_time(ts);
         }
-        let gauges = slot.task.state().meta(GAUGES)?.filter(|b| !b.is_empty());
-        let gauges_counted = slot
+        let gauges = assigned
+            .task
+            .state()
+            .meta(GAUGES)?
+            .filter(|b| !b.is_empty());
+        let gauges_counted = assigned
             .task
             .start(gauges.as_deref())
             .map_err(|source| RuntimeError::Task { task, source })?;
@@ -283,9 +288,9 @@ impl Engine {
         // fenced-out previous owner still commit), starting past what the
         // restore kept would lose the records in between.
         self.cycle
-            .seek_to_committed(consumer, task, &mut slot.cursor)?;
-        slot.running = true;
-        slot.since = self.epoch.load(Ordering::Acquire);
+            .seek_to_committed(consumer, task, &mut assigned.cursor)?;
+        assigned.running = true;
+        assigned.since = self.epoch.load(Ordering::Acquire);
         if let Some(queries) = &self.queries {
             queries.started(task);
         }
@@ -310,8 +315,8 @@ impl Engine {
         // after, so only the kept ones are sought back.
         let result = if lost {
             for task in tasks {
-                if let Some(slot) = self.tasks.get_mut(task) {
-                    slot.running = false;
+                if let Some(assigned) = self.tasks.get_mut(task) {
+                    assigned.running = false;
                 }
             }
             self.rewind(consumer)
@@ -322,8 +327,8 @@ impl Engine {
             self.fail(e);
         }
         for task in tasks {
-            if let Some(mut slot) = self.tasks.remove(task) {
-                publish_task_metrics(&self.topology, *task, &mut slot, true);
+            if let Some(mut assigned) = self.tasks.remove(task) {
+                publish_task_metrics(&self.topology, *task, &mut assigned, true);
                 tracing::info!(task, "Task closed.");
             }
             if let Err(e) = self.restorer.remove(*task) {
@@ -340,8 +345,8 @@ impl Engine {
             assigned: self.tasks.len(),
             ..Default::default()
         };
-        for slot in self.tasks.values() {
-            match (slot.running, slot.awaiting_offsets) {
+        for assigned in self.tasks.values() {
+            match (assigned.running, assigned.awaiting_offsets) {
                 (true, _) => counts.running += 1,
                 (false, true) => counts.awaiting_offsets += 1,
                 (false, false) => counts.restoring += 1,
@@ -356,18 +361,18 @@ impl Engine {
     ) -> Result<(), RuntimeError> {
         let progress = self.restorer.poll(Duration::from_millis(50))?;
         for (task, progress) in progress {
-            let Some(slot) = self.tasks.get_mut(&task) else {
+            let Some(assigned) = self.tasks.get_mut(&task) else {
                 continue;
             };
-            slot.cursor.changelog_offsets.0.extend(progress.offsets);
+            assigned.cursor.changelog_offsets.0.extend(progress.offsets);
             let mut meta = vec![(
                 CHANGELOG_OFFSETS.to_string(),
-                slot.cursor.changelog_offsets.encode(),
+                assigned.cursor.changelog_offsets.encode(),
             )];
             // The event clock travels with the changelog: the latest time
             // stamped on what was applied, never moving back.
             if let Some(restored) = progress.event_time {
-                let saved = slot
+                let saved = assigned
                     .task
                     .state()
                     .meta(EVENT_TIME)?
@@ -380,7 +385,7 @@ impl Engine {
                 // The saved gauges no longer describe the stores.
                 meta.push((GAUGES.to_string(), Vec::new()));
             }
-            slot.task.state().restore(&progress.writes, &meta)?;
+            assigned.task.state().restore(&progress.writes, &meta)?;
             if !progress.writes.is_empty() {
                 self.cycle
                     .txn

@@ -42,7 +42,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::admin::Layout;
-use super::batch::{Input, InputKind, Scratch};
+use super::batch::{BatchShare, Input, InputKind};
 use super::commit::{CommitCycle, CommitError, FaultPoint, Faults, TaskCursor, Transactions};
 use super::restore::Restorer;
 use super::settings::{self, RunOptions};
@@ -277,7 +277,7 @@ fn run_member(
 }
 
 /// One task and its bookkeeping.
-struct Slot {
+struct AssignedTask {
     task: Task,
     running: bool,
     /// The epoch it started in: messages polled before were fetched before
@@ -290,7 +290,7 @@ struct Slot {
     /// Stats already published as metrics.
     published: Vec<NodeStats>,
     /// Its share of the current batch, or of a round of timers.
-    scratch: Scratch,
+    share: BatchShare,
 }
 
 struct Engine {
@@ -302,7 +302,7 @@ struct Engine {
     /// The record cache's budget, shared by every task's stores.
     record_cache: Arc<CacheBudget>,
     inputs: Arc<[Input]>,
-    tasks: BTreeMap<i32, Slot>,
+    tasks: BTreeMap<i32, AssignedTask>,
     codecs: Codecs,
     cycle: CommitCycle,
     restorer: Restorer,
