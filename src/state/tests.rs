@@ -1,4 +1,5 @@
 use super::memory::MemoryBackend;
+use super::overlay::{DECODED_PER_ENCODED_BYTE, SLOT_BYTES, WALK_RATIO};
 use super::*;
 
 impl JsonState for u64 {}
