@@ -15,6 +15,7 @@ pub(crate) mod filter;
 pub(crate) mod fold;
 pub(crate) mod keyed;
 pub(crate) mod map;
+pub(crate) mod merge;
 pub(crate) mod ordered;
 pub(crate) mod projection;
 pub(crate) mod registry;

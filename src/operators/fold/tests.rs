@@ -1,6 +1,7 @@
-use serde_json::json;
+use serde_json::{Number, json};
 
 use super::super::Clocks;
+use super::super::merge::Sum;
 use super::super::testing::{Harness, record, values};
 use super::*;
 use crate::state::StateValue;

@@ -73,8 +73,8 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::fold::{FieldRule, MergeRule};
 use super::keyed::{OnReject, legal_name};
+use super::merge::{FieldRule, MergeRule};
 use super::{Issue, NodeInfo, Operator, OperatorSpec};
 use crate::config::types::HumanDuration;
 use crate::state::{StateError, StateSet};

@@ -15,8 +15,8 @@ use serde_json::{Map, Number, Value};
 use smallvec::SmallVec;
 
 use super::{EmitMode, Shape, WindowKind};
-use crate::operators::fold::{Acc, FieldRule, Sum, check, contribution};
 use crate::operators::keyed::{OnReject, ago, entity_prefix, from_ordered_i64, ordered_i64};
+use crate::operators::merge::{Acc, FieldRule, Sum, check, contribution};
 use crate::operators::{Context, OpError, Operator};
 use crate::record::json::rfc3339_millis;
 use crate::record::{Record, Timestamp, key_text};
