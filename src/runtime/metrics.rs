@@ -146,6 +146,14 @@ pub fn register_topology(topology: &Topology) {
     // An instance-level level: no task runs yet. (The number of missing
     // source topics is set once it is known, by the wait for them.)
     ::metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => app.to_string()).set(0.0);
+    ::metrics::gauge!(telemetry::TASKS_RESTORING, "topology" => app.to_string()).set(0.0);
+    ::metrics::counter!(telemetry::TASKS_CREATED, "topology" => app.to_string()).increment(0);
+    ::metrics::counter!(telemetry::TASKS_CLOSED, "topology" => app.to_string()).increment(0);
+    for event in telemetry::REBALANCE_EVENTS {
+        ::metrics::counter!(telemetry::REBALANCES, "topology" => app.to_string(), "event" => event)
+            .increment(0);
+    }
+    ::metrics::gauge!(telemetry::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     ::metrics::gauge!(telemetry::STATE_BLOCK_CACHE, "topology" => app.to_string()).set(0.0);
     ::metrics::gauge!(telemetry::STATE_WRITE_BUFFERS, "topology" => app.to_string()).set(0.0);
     ::metrics::gauge!(telemetry::STATE_RECORD_CACHE, "topology" => app.to_string()).set(0.0);
@@ -280,5 +288,70 @@ sinks:
                 "{counter:?} is exported for no node"
             );
         }
+    }
+
+    /// The `streamfold_…` names in `text`.
+    fn names_in(text: &str) -> std::collections::BTreeSet<String> {
+        let mut names = std::collections::BTreeSet::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("streamfold_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            rest = &rest[at + name.len()..];
+            names.insert(name);
+        }
+        names
+    }
+
+    /// docs/metrics.md names exactly the metrics the source defines, and
+    /// every metric a topology registers at startup is among them: a metric
+    /// added without its row, or a row left behind by a removed metric,
+    /// fails here.
+    #[test]
+    fn the_metrics_page_lists_exactly_the_metrics_there_are() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
+        let page = read("docs/metrics.md");
+        // Backquoted names only: prose also says `streamfold_` as a prefix.
+        let documented: std::collections::BTreeSet<String> = names_in(&page)
+            .into_iter()
+            .filter(|n| page.contains(&format!("`{n}`")))
+            .collect();
+        let defined: std::collections::BTreeSet<String> = names_in(&read("src/telemetry/mod.rs"))
+            .into_iter()
+            .filter(|n| n.len() > "streamfold_".len())
+            .collect();
+        let undocumented: Vec<&String> = defined.difference(&documented).collect();
+        let unknown: Vec<&String> = documented.difference(&defined).collect();
+        assert!(
+            undocumented.is_empty() && unknown.is_empty(),
+            "defined but not in docs/metrics.md: {undocumented:?}; in docs/metrics.md but not defined: {unknown:?}"
+        );
+
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let topology = crate::topology::load_str("shop.yaml", TOPOLOGY, &|_| None).unwrap();
+        ::metrics::with_local_recorder(&recorder, || {
+            register_topology(&topology);
+            register_partitions(&topology, 2);
+        });
+        let exported: std::collections::BTreeSet<String> = handle
+            .render()
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|line| line.split_whitespace().next())
+            .map(str::to_string)
+            .collect();
+        assert!(
+            exported.len() > 20,
+            "the recorder saw the registrations: {exported:?}"
+        );
+        let exported_undocumented: Vec<&String> = exported.difference(&documented).collect();
+        assert!(
+            exported_undocumented.is_empty(),
+            "exported at startup but not in docs/metrics.md: {exported_undocumented:?}"
+        );
     }
 }

@@ -368,6 +368,20 @@ pub(crate) const RECORDS_COMMITTED: &str = "streamfold_runtime_records_committed
 pub(crate) const RECORDS_TOO_LARGE: &str = "streamfold_runtime_records_too_large_total";
 /// Tasks currently running (restored and processing).
 pub(crate) const TASKS_RUNNING: &str = "streamfold_runtime_tasks_running";
+/// Tasks assigned to this instance and not running yet: restoring their
+/// state, or waiting for their committed offsets.
+pub(crate) const TASKS_RESTORING: &str = "streamfold_runtime_tasks_restoring";
+/// Tasks opened on this instance (assigned to it).
+pub(crate) const TASKS_CREATED: &str = "streamfold_runtime_tasks_created_total";
+/// Tasks closed on this instance (revoked, lost, or at the end of a
+/// membership).
+pub(crate) const TASKS_CLOSED: &str = "streamfold_runtime_tasks_closed_total";
+/// Rebalance callbacks, by `event`: `assigned`, `revoked`, `lost`.
+pub(crate) const REBALANCES: &str = "streamfold_runtime_rebalances_total";
+/// The events [`REBALANCES`] counts.
+pub(crate) const REBALANCE_EVENTS: [&str; 3] = ["assigned", "revoked", "lost"];
+/// 1, labelled with the version of the running binary.
+pub(crate) const BUILD_INFO: &str = "streamfold_build_info";
 /// Bytes in the RocksDB block cache every task of the instance shares
 /// (bounded by `state.block_cache`).
 pub(crate) const STATE_BLOCK_CACHE: &str = "streamfold_state_block_cache_bytes";

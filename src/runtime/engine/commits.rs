@@ -129,9 +129,12 @@ impl Engine {
         for task in tasks {
             if let Some(mut assigned) = self.tasks.remove(&task) {
                 publish_task_metrics(&self.topology, task, &mut assigned, true);
+                metrics::counter!(telemetry::TASKS_CLOSED, "topology" => self.topology.name.clone())
+                    .increment(1);
             }
             let _ = self.restorer.remove(task);
         }
+        self.publish_task_gauges();
         self.cycle.txn.flush();
         result
     }

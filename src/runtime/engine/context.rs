@@ -123,6 +123,15 @@ impl ConsumerContext for EngineContext {
         );
         let mut engine = self.lock();
         self.epoch.fetch_add(1, Ordering::AcqRel);
+        let event = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => "assigned",
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS if !consumer.assignment_lost() => {
+                "revoked"
+            }
+            _ => "lost",
+        };
+        metrics::counter!(telemetry::REBALANCES, "topology" => self.app.clone(), "event" => event)
+            .increment(1);
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 if let Some(id) = member_id(consumer) {

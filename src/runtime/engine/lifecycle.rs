@@ -73,6 +73,9 @@ impl Engine {
             share: BatchShare::default(),
         };
         self.tasks.insert(task, assigned);
+        metrics::counter!(telemetry::TASKS_CREATED, "topology" => self.topology.name.clone())
+            .increment(1);
+        self.publish_task_gauges();
         self.next_offsets_fetch = Instant::now();
         Ok(())
     }
@@ -297,8 +300,7 @@ impl Engine {
         // Its partitions resume once they have their own queues.
         self.started.push(task);
         tracing::info!(task, gauges_counted, "Task running.");
-        metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => self.topology.name.clone())
-            .set(self.tasks.values().filter(|s| s.running).count() as f64);
+        self.publish_task_gauges();
         Ok(())
     }
 
@@ -329,14 +331,24 @@ impl Engine {
         for task in tasks {
             if let Some(mut assigned) = self.tasks.remove(task) {
                 publish_task_metrics(&self.topology, *task, &mut assigned, true);
+                metrics::counter!(telemetry::TASKS_CLOSED, "topology" => self.topology.name.clone())
+                    .increment(1);
                 tracing::info!(task, "Task closed.");
             }
             if let Err(e) = self.restorer.remove(*task) {
                 self.fail(RuntimeError::Kafka(e));
             }
         }
-        metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => self.topology.name.clone())
-            .set(self.tasks.values().filter(|s| s.running).count() as f64);
+        self.publish_task_gauges();
+    }
+
+    /// The running and the restoring tasks, as gauges.
+    pub(super) fn publish_task_gauges(&self) {
+        let running = self.tasks.values().filter(|s| s.running).count();
+        let app = self.topology.name.clone();
+        metrics::gauge!(telemetry::TASKS_RUNNING, "topology" => app.clone()).set(running as f64);
+        metrics::gauge!(telemetry::TASKS_RESTORING, "topology" => app)
+            .set((self.tasks.len() - running) as f64);
     }
 
     /// The tasks by what they do, for readiness.
