@@ -184,6 +184,16 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
         "{metrics}"
     );
 
+    // A long restore says how far it is every few seconds, and the gauge of
+    // restoring tasks counts it.
+    let progress = second.wait_log_lines("Restoring.", 1, Duration::from_secs(60));
+    assert!(
+        progress[0].contains("tasks=1") && progress[0].contains("remaining="),
+        "{progress:?}"
+    );
+    assert_eq!(second.metric("streamfold_runtime_tasks_restoring"), 1.0);
+    assert_eq!(second.metric("streamfold_runtime_tasks_running"), 0.0);
+
     fetch_quota(&client_id, None);
     let (_, ready) = wait_for(&second, "/readyz", "ready after the restore", |s, _| {
         s == 200
@@ -191,6 +201,7 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
     assert_eq!(ready["ready"], true, "{ready}");
     assert_eq!(ready["tasks"]["running"], 1, "{ready}");
     assert_eq!(ready["tasks"]["restoring"], 0, "{ready}");
+    assert_eq!(second.metric("streamfold_runtime_tasks_restoring"), 0.0);
     second.wait_metric_present("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
         n == ACCOUNTS as f64
     });

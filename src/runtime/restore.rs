@@ -144,6 +144,9 @@ struct Waiting {
 /// unavailable) would otherwise hold the task silently.
 const WAITING_WARNING: Duration = Duration::from_secs(15);
 
+/// How often a restore that goes on says how far it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
 /// The event time a changelog record was stamped with, from the first
 /// header of that name. Names are compared as bytes: a changelog topic
 /// another client wrote to may carry any.
@@ -341,6 +344,12 @@ pub(crate) struct Restorer {
     watermarks: BaseConsumer,
     tasks: HashMap<i32, Restoring>,
     app: String,
+    /// Records restored since the restoring tasks began (a task that
+    /// finishes leaves its count here), when the progress was last logged
+    /// (or the restore began), and the records restored by then.
+    restored: u64,
+    last_progress: Instant,
+    restored_at_last_progress: u64,
 }
 
 impl Restorer {
@@ -384,6 +393,9 @@ impl Restorer {
             watermarks,
             tasks: HashMap::new(),
             app: app.to_string(),
+            restored: 0,
+            last_progress: Instant::now(),
+            restored_at_last_progress: 0,
         })
     }
 
@@ -439,6 +451,13 @@ impl Restorer {
             tracing::debug!(task, changelog = %reader.topic, from, "Replaying changelog.");
             reader.start(task, from)?;
         }
+        if self.tasks.is_empty() {
+            // A restore that ends within the period says nothing but its
+            // end.
+            self.last_progress = Instant::now();
+            self.restored = 0;
+            self.restored_at_last_progress = 0;
+        }
         self.tasks.insert(
             task,
             Restoring {
@@ -447,6 +466,40 @@ impl Restorer {
             },
         );
         Ok(())
+    }
+
+    /// Every [`PROGRESS_EVERY`] while tasks restore: how many, the
+    /// records restored and left, and the rate since the last line.
+    fn log_progress(&mut self) {
+        let now = Instant::now();
+        let period = now.duration_since(self.last_progress);
+        if self.tasks.is_empty() || period < PROGRESS_EVERY {
+            return;
+        }
+        let restored = self.restored;
+        let remaining: i64 = self
+            .readers
+            .iter()
+            .map(|reader| {
+                let remaining = reader.remaining.0.lock().unwrap_or_else(|e| e.into_inner());
+                reader
+                    .replaying
+                    .keys()
+                    .filter_map(|task| remaining.get(task))
+                    .sum::<i64>()
+            })
+            .sum();
+        let per_second =
+            restored.saturating_sub(self.restored_at_last_progress) as f64 / period.as_secs_f64();
+        tracing::info!(
+            tasks = self.tasks.len(),
+            restored,
+            remaining,
+            per_second = per_second.round() as u64,
+            "Restoring."
+        );
+        self.restored_at_last_progress = restored;
+        self.last_progress = now;
     }
 
     /// Stops restoring `task` (revoked before it finished).
@@ -550,11 +603,13 @@ impl Restorer {
             if let Some(restoring) = self.tasks.get_mut(task) {
                 restoring.restored += p.restored;
             }
+            self.restored += p.restored;
             if p.restored > 0 {
                 metrics::counter!(telemetry::RESTORE_RECORDS, "topology" => self.app.clone(), "partition" => task.to_string())
                     .increment(p.restored);
             }
         }
+        self.log_progress();
         for task in finished {
             if let Some(done) = self.tasks.remove(&task) {
                 tracing::info!(
