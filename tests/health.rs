@@ -179,10 +179,17 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
     // The metrics are served beside the health endpoints.
     let (status, metrics) = get(&second, "/metrics").expect("/metrics answers");
     assert_eq!(status, 200);
-    assert!(
-        metrics.contains("streamfold_runtime_tasks_running"),
-        "{metrics}"
-    );
+    // With the process's own (read at the scrape) and the build's.
+    for name in [
+        "streamfold_runtime_tasks_running",
+        "streamfold_build_info{version=",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_threads",
+    ] {
+        assert!(metrics.contains(name), "{name} is not served: {metrics}");
+    }
 
     // A long restore says how far it is every few seconds, and the gauge of
     // restoring tasks counts it.

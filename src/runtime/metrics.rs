@@ -43,6 +43,9 @@ pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
     let bound = super::ops_server::serve(addr, handle).map_err(|e| e.to_string())?;
     ::metrics::set_global_recorder(recorder)
         .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+    // Their help texts; their values are read at each scrape
+    // (`ops_server`).
+    metrics_process::Collector::default().describe();
     Ok(bound)
 }
 

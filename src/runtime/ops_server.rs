@@ -80,12 +80,17 @@ pub fn serve(addr: SocketAddr, metrics: PrometheusHandle) -> Result<SocketAddr, 
 }
 
 fn router(metrics: PrometheusHandle) -> Router {
+    // The process metrics are read when scraped, as Prometheus' own
+    // clients do.
+    let process = std::sync::Arc::new(metrics_process::Collector::default());
     Router::new()
         .route(
             "/metrics",
             get(move || {
                 let metrics = metrics.clone();
+                let process = std::sync::Arc::clone(&process);
                 async move {
+                    process.collect();
                     (
                         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
                         metrics.render(),
