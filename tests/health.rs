@@ -183,6 +183,9 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
     for name in [
         "streamfold_runtime_tasks_running",
         "streamfold_build_info{version=",
+        "streamfold_runtime_tasks_restoring",
+        "streamfold_runtime_rebalances_total",
+        "streamfold_runtime_batch_duration_seconds",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
         "process_open_fds",

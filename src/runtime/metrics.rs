@@ -23,6 +23,13 @@ const COMMIT_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Batch and timer-round latencies worth telling apart, in seconds: a
+/// batch takes from tens of microseconds to, with a large backlog, a
+/// second or more.
+const LOOP_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
 /// Installs the Prometheus recorder and serves it, with the health
 /// endpoints, on `addr` ([`super::ops_server`]); returns the bound address.
 pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
@@ -35,6 +42,18 @@ pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
             b.set_buckets_for_metric(
                 Matcher::Full(telemetry::COMMIT_PHASE_DURATION.to_string()),
                 COMMIT_BUCKETS,
+            )
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(telemetry::BATCH_DURATION.to_string()),
+                LOOP_BUCKETS,
+            )
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(telemetry::PUNCTUATE_DURATION.to_string()),
+                LOOP_BUCKETS,
             )
         })
         .map_err(|e| e.to_string())?
@@ -143,6 +162,8 @@ pub fn register_topology(topology: &Topology) {
         let _ = ::metrics::histogram!(telemetry::COMMIT_PHASE_DURATION, "phase" => phase.label());
     }
     let _ = ::metrics::histogram!(telemetry::ABORT_DURATION);
+    let _ = ::metrics::histogram!(telemetry::BATCH_DURATION, "topology" => app.to_string());
+    let _ = ::metrics::histogram!(telemetry::PUNCTUATE_DURATION, "topology" => app.to_string());
     ::metrics::counter!(telemetry::RECORDS_CONSUMED, "topology" => app.to_string()).increment(0);
     ::metrics::counter!(telemetry::RECORDS_COMMITTED, "topology" => app.to_string()).increment(0);
     ::metrics::counter!(telemetry::RECORDS_BEHIND, "topology" => app.to_string()).increment(0);

@@ -380,6 +380,13 @@ pub(crate) const TASKS_CLOSED: &str = "streamfold_runtime_tasks_closed_total";
 pub(crate) const REBALANCES: &str = "streamfold_runtime_rebalances_total";
 /// The events [`REBALANCES`] counts.
 pub(crate) const REBALANCE_EVENTS: [&str; 3] = ["assigned", "revoked", "lost"];
+/// Seconds from handing a polled batch's records to their tasks until
+/// every output of theirs is with the producer (decode, process, encode;
+/// a process latency, per batch).
+pub(crate) const BATCH_DURATION: &str = "streamfold_runtime_batch_duration_seconds";
+/// Seconds a round of due timers took, from firing to their outputs with
+/// the producer.
+pub(crate) const PUNCTUATE_DURATION: &str = "streamfold_runtime_punctuate_duration_seconds";
 /// 1, labelled with the version of the running binary.
 pub(crate) const BUILD_INFO: &str = "streamfold_build_info";
 /// Bytes in the RocksDB block cache every task of the instance shares

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::{AssignedTask, Engine};
 use crate::formats::Wire;
@@ -70,6 +71,7 @@ impl Engine {
             clear_shares(&mut self.tasks, &self.busy);
             return Err(RuntimeError::Commit(error));
         }
+        let started = Instant::now();
         let shared = BatchInputs {
             batch: polled,
             inputs: &self.inputs,
@@ -103,6 +105,8 @@ impl Engine {
         clear_shares(&mut self.tasks, &busy);
         self.busy = busy;
         result?;
+        metrics::histogram!(telemetry::BATCH_DURATION, "topology" => self.topology.name.clone())
+            .record(started.elapsed());
         self.cycle
             .txn
             .fault(FaultPoint::Batch)

@@ -100,6 +100,7 @@ impl Engine {
     /// Fires wall-clock timers of every running task, on the processing
     /// threads; returns whether a task has more due than one round fires.
     pub(super) fn punctuate(&mut self) -> Result<bool, RuntimeError> {
+        let started = Instant::now();
         let now = self.now;
         let mut work: Vec<(&i32, &mut AssignedTask)> =
             self.tasks.iter_mut().filter(|(_, s)| s.running).collect();
@@ -130,6 +131,8 @@ impl Engine {
         }
         clear_shares(&mut self.tasks, &busy);
         self.busy = busy;
+        metrics::histogram!(telemetry::PUNCTUATE_DURATION, "topology" => self.topology.name.clone())
+            .record(started.elapsed());
         result.map(|()| more)
     }
 
