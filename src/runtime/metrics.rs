@@ -33,28 +33,16 @@ const LOOP_BUCKETS: &[f64] = &[
 /// Installs the Prometheus recorder and serves it, with the health
 /// endpoints, on `addr` ([`super::ops_server`]); returns the bound address.
 pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
-    let recorder = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full(telemetry::COMMIT_DURATION.to_string()),
-            COMMIT_BUCKETS,
-        )
-        .and_then(|b| {
-            b.set_buckets_for_metric(
-                Matcher::Full(telemetry::COMMIT_PHASE_DURATION.to_string()),
-                COMMIT_BUCKETS,
-            )
-        })
-        .and_then(|b| {
-            b.set_buckets_for_metric(
-                Matcher::Full(telemetry::BATCH_DURATION.to_string()),
-                LOOP_BUCKETS,
-            )
-        })
-        .and_then(|b| {
-            b.set_buckets_for_metric(
-                Matcher::Full(telemetry::PUNCTUATE_DURATION.to_string()),
-                LOOP_BUCKETS,
-            )
+    let buckets = [
+        (telemetry::COMMIT_DURATION, COMMIT_BUCKETS),
+        (telemetry::COMMIT_PHASE_DURATION, COMMIT_BUCKETS),
+        (telemetry::BATCH_DURATION, LOOP_BUCKETS),
+        (telemetry::PUNCTUATE_DURATION, LOOP_BUCKETS),
+    ];
+    let recorder = buckets
+        .into_iter()
+        .try_fold(PrometheusBuilder::new(), |builder, (name, bounds)| {
+            builder.set_buckets_for_metric(Matcher::Full(name.to_string()), bounds)
         })
         .map_err(|e| e.to_string())?
         .build_recorder();

@@ -105,8 +105,7 @@ impl Engine {
         clear_shares(&mut self.tasks, &busy);
         self.busy = busy;
         result?;
-        metrics::histogram!(telemetry::BATCH_DURATION, "topology" => self.topology.name.clone())
-            .record(started.elapsed());
+        self.batch_duration.record(started.elapsed());
         self.cycle
             .txn
             .fault(FaultPoint::Batch)

@@ -52,7 +52,7 @@ use crate::formats::Codecs;
 use crate::state::CacheBudget;
 use crate::state::rocks::RocksResources;
 use crate::task::Task;
-use crate::telemetry::NodeStats;
+use crate::telemetry::{self, NodeStats};
 use crate::topology::Topology;
 use crate::topology::model::{Guarantee, OffsetReset};
 
@@ -330,6 +330,9 @@ struct Engine {
     aborts_in_a_row: u32,
     next_punctuation: Instant,
     next_metrics: Instant,
+    /// The batch and timer-round latency histograms, looked up once.
+    batch_duration: metrics::Histogram,
+    punctuate_duration: metrics::Histogram,
     /// When to ask for new tasks' committed offsets again, and to warn.
     next_offsets_fetch: Instant,
     next_offsets_warning: Instant,
@@ -424,6 +427,8 @@ impl Engine {
             aborts_in_a_row: 0,
             next_punctuation: now,
             next_metrics: now,
+            batch_duration: metrics::histogram!(telemetry::BATCH_DURATION, "topology" => topology.name.clone()),
+            punctuate_duration: metrics::histogram!(telemetry::PUNCTUATE_DURATION, "topology" => topology.name.clone()),
             next_offsets_fetch: now,
             next_offsets_warning: now,
             fatal: None,
