@@ -34,7 +34,7 @@ use crate::record::json;
 use crate::record::{ErrorClass, Record, Timestamp};
 use crate::telemetry::DeadLetterReason;
 use crate::topology::Topology;
-use crate::topology::model::{Format, KeyFormat};
+use crate::topology::model::{Format, KeyFormat, SourceKind};
 
 /// Why one record could not be decoded: the record's fault (bad bytes, an
 /// unknown schema) or the outside world's (a schema registry that did not
@@ -144,6 +144,9 @@ struct SourceCodec {
     avro_key: bool,
     /// `key_format: none`: the key on the wire is ignored.
     keyless: bool,
+    /// `kind: table`: a record without a value is a tombstone (read as
+    /// `null`), not an error.
+    table: bool,
 }
 
 /// A record's key and value bytes on the wire: what a consumer reads, or
@@ -247,6 +250,7 @@ impl Codecs {
                 value,
                 avro_key: config.key_format == KeyFormat::Avro,
                 keyless: config.key_format == KeyFormat::None,
+                table: config.kind == SourceKind::Table,
             });
         }
         let mut sinks = Vec::with_capacity(topology.sinks.len());
@@ -304,13 +308,15 @@ impl Codecs {
         timestamp: Timestamp,
         headers: Vec<(String, Vec<u8>)>,
     ) -> Result<Record, CodecError> {
-        let keyless = self.sources.get(source).is_some_and(|s| s.keyless);
+        let codec = self.sources.get(source);
+        let keyless = codec.is_some_and(|s| s.keyless);
         let key = match key {
             Some(key) if !keyless => Some(self.decode_key(source, key)?),
             _ => None,
         };
         let value = match payload {
             Some(payload) => self.decode(source, payload)?,
+            None if codec.is_some_and(|s| s.table) => Value::Null,
             None => return Err(CodecError::no_value()),
         };
         Ok(Record {

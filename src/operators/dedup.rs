@@ -56,7 +56,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::keyed::{OnReject, ago, id_bytes, topic_fingerprint};
-use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use super::{Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
 use crate::record::{Record, Timestamp, key_text};
 use crate::state::timers::{Clock, Timer};
@@ -88,7 +88,7 @@ pub struct DedupConfig {
 }
 
 impl OperatorSpec for DedupConfig {
-    fn stores(&self) -> &'static [&'static str] {
+    fn stores(&self, _inputs: &[NodeInput]) -> &'static [&'static str] {
         &["seen"]
     }
 
@@ -422,6 +422,7 @@ mod tests {
                 name: "n",
                 key_by: None,
                 max_record_bytes: crate::record::DEFAULT_MESSAGE_MAX_BYTES,
+                inputs: &[],
             },
             &mut issues,
         );

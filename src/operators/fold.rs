@@ -86,7 +86,7 @@ use smallvec::SmallVec;
 
 use super::merge::{Acc, check, contribution, json_len, str_len};
 use super::merge::{FieldRule, MergeRule};
-use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use super::{Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
 use crate::record::json::rfc3339_millis;
 use crate::record::{Record, Timestamp, key_text};
@@ -156,11 +156,11 @@ impl FoldConfig {
 
 impl OperatorSpec for FoldConfig {
     /// Open folds: what each key has accumulated so far.
-    fn queryable_store(&self) -> Option<&'static str> {
+    fn queryable_store(&self, _inputs: &[NodeInput]) -> Option<&'static str> {
         Some("open")
     }
 
-    fn stores(&self) -> &'static [&'static str] {
+    fn stores(&self, _inputs: &[NodeInput]) -> &'static [&'static str] {
         &["open"]
     }
 

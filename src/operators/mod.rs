@@ -13,6 +13,7 @@ pub(crate) mod dedup;
 pub mod expr;
 pub(crate) mod filter;
 pub(crate) mod fold;
+pub(crate) mod join;
 pub(crate) mod keyed;
 pub(crate) mod map;
 pub(crate) mod merge;
@@ -26,7 +27,7 @@ mod testing;
 pub(crate) mod window;
 
 pub(crate) use registry::OperatorSpec;
-pub use registry::{Issue, NodeInfo, NodeKind};
+pub use registry::{Issue, NodeInfo, NodeInput, NodeKind};
 
 use serde_json::Value;
 

@@ -58,7 +58,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::keyed::{OnReject, describe, legal_name, read_order};
-use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use super::{Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
 use crate::config::types::JsonPointer;
 use crate::record::json::canonical_cmp;
 use crate::record::{Record, key_text};
@@ -97,11 +97,11 @@ pub struct OrderedConfig {
 
 impl OperatorSpec for OrderedConfig {
     /// The newest state per key.
-    fn queryable_store(&self) -> Option<&'static str> {
+    fn queryable_store(&self, _inputs: &[NodeInput]) -> Option<&'static str> {
         Some("latest")
     }
 
-    fn stores(&self) -> &'static [&'static str] {
+    fn stores(&self, _inputs: &[NodeInput]) -> &'static [&'static str] {
         &["latest"]
     }
 

@@ -91,7 +91,7 @@ use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::keyed::{
     OnReject, entity_prefix, id_bytes, legal_name, ordered_i64, read_order, required,
 };
-use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use super::{Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
 use crate::config::types::JsonPointer;
 use crate::record::json::type_name;
 use crate::record::{Record, Timestamp, key_text};
@@ -151,7 +151,7 @@ impl ProjectionConfig {
 
 impl OperatorSpec for ProjectionConfig {
     /// The read model per entity.
-    fn queryable_store(&self) -> Option<&'static str> {
+    fn queryable_store(&self, _inputs: &[NodeInput]) -> Option<&'static str> {
         Some("entities")
     }
 
@@ -163,7 +163,7 @@ impl OperatorSpec for ProjectionConfig {
         stored
     }
 
-    fn stores(&self) -> &'static [&'static str] {
+    fn stores(&self, _inputs: &[NodeInput]) -> &'static [&'static str] {
         if self.snapshot_every.is_some() {
             &["entities", "events", "ids", "snapshots"]
         } else {

@@ -105,6 +105,9 @@ operators! {
     /// Aggregate each key's records per event-time window (tumbling,
     /// hopping, sliding or session) with the fold's merge rules.
     Window(window::WindowConfig) = "window",
+    /// Join two inputs by key: a stream with a table, two tables, or two
+    /// streams within a join window (inner, left or outer).
+    Join(join::JoinConfig) = "join",
     /// Keep the records a jq condition holds for.
     Filter(filter::FilterConfig) = "filter",
     /// Reshape each record with a jq expression.
@@ -131,9 +134,9 @@ impl NodeKind {
     /// the node sets `key_by`, the highest upstream offset seen per source
     /// partition (to drop repartition records re-delivered from aborted
     /// transactions). Each is named by [`StoreDef`].
-    pub(crate) fn stores(&self, key_by: bool) -> Vec<&'static str> {
+    pub(crate) fn stores(&self, inputs: &[NodeInput], key_by: bool) -> Vec<&'static str> {
         let spec = self.spec();
-        let mut stores = spec.stores().to_vec();
+        let mut stores = spec.stores(inputs).to_vec();
         if spec.uses_timers() {
             stores.push(StoreDef::TIMERS);
         }
@@ -147,15 +150,16 @@ impl NodeKind {
 /// What the topology compiler and the runtime need to know about an
 /// operator before any record flows.
 pub(crate) trait OperatorSpec {
-    /// Stores the operator keeps, by short name (`open`); each becomes
-    /// `<node>-<store>` with a changelog topic ([`StoreDef`]).
-    fn stores(&self) -> &'static [&'static str] {
+    /// Stores the operator keeps, by short name (`open`), for a node with
+    /// these inputs; each becomes `<node>-<store>` with a changelog topic
+    /// ([`StoreDef`]).
+    fn stores(&self, _inputs: &[NodeInput]) -> &'static [&'static str] {
         &[]
     }
 
     /// The store `run --query-addr` serves (short name, one of
     /// [`OperatorSpec::stores`]): the operator's result per key.
-    fn queryable_store(&self) -> Option<&'static str> {
+    fn queryable_store(&self, _inputs: &[NodeInput]) -> Option<&'static str> {
         None
     }
 
@@ -178,7 +182,13 @@ pub(crate) trait OperatorSpec {
     /// Whether the operator groups by key, so its input must be keyed (or
     /// the node must set `key_by`).
     fn keyed(&self) -> bool {
-        !self.stores().is_empty()
+        !self.stores(&[]).is_empty()
+    }
+
+    /// Whether the operator may read a table (a source of `kind: table`,
+    /// whose `null` values are tombstones).
+    fn reads_tables(&self) -> bool {
+        false
     }
 
     /// Whether what the operator emits is keyed. Stateless operators pass
@@ -217,6 +227,18 @@ pub struct NodeInfo<'a> {
     /// The largest record the producer may send (its `message.max.bytes`),
     /// for operators whose state or output grows with their input.
     pub(crate) max_record_bytes: usize,
+    /// The node's inputs, in `input` order.
+    pub(crate) inputs: &'a [NodeInput],
+}
+
+/// One input of a node, as its operator may know it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInput {
+    /// As the node's `input` names it (`orders`, `route.branch`).
+    pub(crate) name: String,
+    /// A source read as a table (`kind: table`): latest value per key,
+    /// tombstones (`null` values) delete.
+    pub(crate) table: bool,
 }
 
 impl NodeInfo<'_> {

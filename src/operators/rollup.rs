@@ -95,7 +95,7 @@ use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::keyed::{
     OnReject, ago, entity_prefix, from_ordered_i64, id_bytes, legal_name, ordered_i64, required,
 };
-use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use super::{Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
 use crate::record::json::{rfc3339_millis, type_name};
 use crate::record::{Record, Timestamp, key_text};
@@ -157,11 +157,11 @@ impl RollupConfig {
 
 impl OperatorSpec for RollupConfig {
     /// Checkpoints: each counter's value as of its last rollup.
-    fn queryable_store(&self) -> Option<&'static str> {
+    fn queryable_store(&self, _inputs: &[NodeInput]) -> Option<&'static str> {
         Some("checkpoints")
     }
 
-    fn stores(&self) -> &'static [&'static str] {
+    fn stores(&self, _inputs: &[NodeInput]) -> &'static [&'static str] {
         &["checkpoints", "events", "queue"]
     }
 

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{Clocks, Context, Emit, NodeInfo, NodeKind, OpError, Operator};
+use super::{Clocks, Context, Emit, NodeInfo, NodeInput, NodeKind, OpError, Operator};
 use crate::config::types::JsonPointer;
 use crate::record::{Origin, Record, Timestamp};
 use crate::state::memory::MemoryBackend;
@@ -17,6 +17,7 @@ pub(crate) const TOPIC: &str = "in";
 pub(crate) struct Harness {
     kind: NodeKind,
     key_by: Option<JsonPointer>,
+    inputs: Vec<NodeInput>,
     pub(crate) state: StateSet,
     timers: Option<TimerState>,
     operator: Box<dyn Operator>,
@@ -29,19 +30,37 @@ impl Harness {
     /// The node `n` with the operator described by `options` (the node's
     /// YAML as JSON, with `type`), grouping by `key_by` when given.
     pub(crate) fn new(options: Value, key_by: Option<&str>) -> Harness {
+        Harness::with_inputs(options, key_by, &[])
+    }
+
+    /// As [`Harness::new`], for a node whose inputs are `inputs` (name,
+    /// and whether it is a table).
+    pub(crate) fn with_inputs(
+        options: Value,
+        key_by: Option<&str>,
+        inputs: &[(&str, bool)],
+    ) -> Harness {
         let kind: NodeKind = serde_json::from_value(options).expect("valid operator options");
         let key_by = key_by.map(|p| JsonPointer::parse(p).unwrap());
+        let inputs: Vec<NodeInput> = inputs
+            .iter()
+            .map(|&(name, table)| NodeInput {
+                name: name.to_string(),
+                table,
+            })
+            .collect();
         let info = NodeInfo {
             name: "n",
             key_by: key_by.as_ref(),
             max_record_bytes: crate::record::DEFAULT_MESSAGE_MAX_BYTES,
+            inputs: &inputs,
         };
         let spec = kind.spec();
         let mut issues = Vec::new();
         spec.validate(&info, &mut issues);
         assert!(issues.is_empty(), "{issues:?}");
         let names: Vec<String> = kind
-            .stores(info.key_by.is_some())
+            .stores(&inputs, info.key_by.is_some())
             .into_iter()
             .map(|s| info.store_name(s))
             .collect();
@@ -53,6 +72,7 @@ impl Harness {
         let mut harness = Harness {
             kind: kind.clone(),
             key_by: key_by.clone(),
+            inputs: inputs.clone(),
             state,
             timers,
             operator,
@@ -81,6 +101,7 @@ impl Harness {
             name: "n",
             key_by: self.key_by.as_ref(),
             max_record_bytes: crate::record::DEFAULT_MESSAGE_MAX_BYTES,
+            inputs: &self.inputs,
         };
         let spec = self.kind.spec();
         self.operator = spec.build(&info, &mut self.state).unwrap();

@@ -285,6 +285,10 @@ sinks:
                 "page-views.yaml",
                 include_str!("../../topologies/page-views.yaml"),
             ),
+            (
+                "orders-enriched.yaml",
+                include_str!("../../topologies/orders-enriched.yaml"),
+            ),
         ];
         let mut types = std::collections::BTreeSet::new();
         let mut exported = std::collections::BTreeSet::new();

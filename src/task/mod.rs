@@ -35,6 +35,7 @@ use crate::record::{ErrorClass, Origin, Record, Timestamp};
 use crate::state::timers::{Clock, TimerState};
 use crate::state::{JsonState, StateBackend, StateError, StateSet, StoreHandle};
 use crate::telemetry::{DeadLetterReason, NodeCounter, NodeGauge, NodeStats};
+use crate::topology::model::SourceKind;
 use crate::topology::{Target, Topology};
 
 pub use dead_letter::DeadLetter;
@@ -466,7 +467,10 @@ impl Task {
                 return Ok(());
             }
         };
-        if let Some(pointer) = &def.config.timestamp {
+        // A table's tombstone has no value to read a time from: it keeps
+        // the Kafka timestamp.
+        let tombstone = record.value.is_null() && def.config.kind == SourceKind::Table;
+        if let Some(pointer) = def.config.timestamp.as_ref().filter(|_| !tombstone) {
             match pointer.get(&record.value).and_then(parse_timestamp) {
                 Some(ts) => record.timestamp = ts,
                 None => {
@@ -604,7 +608,13 @@ impl Task {
             }
             Target::Node { node, input } => {
                 let def = &topology.nodes[node];
-                if let Some(pointer) = &def.common.key_by {
+                // A table keeps its own key: `key_by` re-keys streams.
+                let rekey = def
+                    .common
+                    .key_by
+                    .as_ref()
+                    .filter(|_| !def.input_info[input].table);
+                if let Some(pointer) = rekey {
                     match pointer.get(&record.value).filter(|v| !v.is_null()) {
                         // Producers mostly key a record by the field it is
                         // grouped by: then its key stays, not reallocated.

@@ -86,6 +86,15 @@ pub(crate) const WINDOW_CLOSED: &str = "streamfold_window_closed_windows_total";
 pub(crate) const WINDOW_EXPIRED: &str = "streamfold_window_expired_windows_total";
 /// Sessions merged into another by a record filling the gap between them.
 pub(crate) const WINDOW_SESSION_MERGES: &str = "streamfold_window_session_merges_total";
+/// Records a `join` node found no partner for: dropped by an inner join,
+/// or emitted with `null` for the other side.
+pub(crate) const JOIN_UNMATCHED: &str = "streamfold_join_unmatched_records_total";
+/// Stream records a `join` node refused because their join window had
+/// closed (later than the grace period).
+pub(crate) const JOIN_LATE: &str = "streamfold_join_late_records_total";
+/// Stream records a `join` node deleted from its buffer once their join
+/// window and grace period had passed.
+pub(crate) const JOIN_EXPIRED: &str = "streamfold_join_expired_records_total";
 /// Records a `filter` node did not keep.
 pub(crate) const FILTER_REJECTED: &str = "streamfold_filter_rejected_records_total";
 /// Records for which a `map` expression produced no value.
@@ -153,6 +162,9 @@ slots! {
         WindowClosed => WINDOW_CLOSED,
         WindowExpired => WINDOW_EXPIRED,
         WindowSessionMerges => WINDOW_SESSION_MERGES,
+        JoinUnmatched => JOIN_UNMATCHED,
+        JoinLate => JOIN_LATE,
+        JoinExpired => JOIN_EXPIRED,
         FilterRejected => FILTER_REJECTED,
         MapEmpty => MAP_EMPTY,
         RouteUnmatched => ROUTE_UNMATCHED,

@@ -6,14 +6,14 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path as FsPath;
 
-use super::model::{self, Format, KafkaConfig, KeyFormat};
+use super::model::{self, Format, KafkaConfig, KeyFormat, SourceKind};
 use super::{
     InternalKind, Loader, Node, Parsed, Sink, Source, StoreDef, Target, Topology, Upstream,
 };
 use crate::config::de::{self, Path, unknown_name};
 use crate::config::types::InputRef;
 use crate::config::yaml::{Kind, Node as YamlNode};
-use crate::operators::registry::{Issue, NodeInfo};
+use crate::operators::registry::{Issue, NodeInfo, NodeInput};
 
 impl Loader {
     /// Checks a parsed file and builds its topology, in named passes that
@@ -179,13 +179,35 @@ impl Loader {
             model::DEFAULT_MESSAGE_MAX_BYTES,
             KafkaConfig::max_record_bytes,
         );
+        let node_names: Vec<&str> = parsed.nodes.iter().map(|(n, _, _)| n.as_str()).collect();
         for &i in order {
             let (name, Some(common), Some(kind)) = &parsed.nodes[i] else {
                 continue;
             };
             let spec = kind.spec();
+            let inputs = graph.input_info(&parsed.sources, &node_names, i);
+            for (n, input) in inputs.iter().enumerate() {
+                if input.table && !spec.reads_tables() {
+                    let mut at = vec!["nodes".to_string(), name.clone(), "input".to_string()];
+                    if is_seq(&self.root, &at) {
+                        at.push(n.to_string());
+                    }
+                    self.error_at(
+                        &at,
+                        format!(
+                            "`{}` is a table (`kind: table`): `{}` nodes read streams; join it with a `join` node, or send it to a sink",
+                            input.name,
+                            kind.type_name()
+                        ),
+                    );
+                }
+            }
             let mut input_keyed = true;
-            for upstream in &graph.node_inputs[i] {
+            for (upstream, input) in graph.node_inputs[i].iter().zip(&inputs) {
+                // A table without a key is reported at its source.
+                if input.table {
+                    continue;
+                }
                 let (keyed, from) = match *upstream {
                     Upstream::Source(s) => (
                         parsed.sources[s]
@@ -225,6 +247,7 @@ impl Loader {
                 name,
                 key_by: common.key_by.as_ref(),
                 max_record_bytes,
+                inputs: &inputs,
             };
             let mut issues: Vec<Issue> = Vec::new();
             spec.validate(&info, &mut issues);
@@ -258,6 +281,7 @@ impl Loader {
         }
         self.check_formats(parsed);
         self.check_offset_reset(parsed);
+        self.check_tables(parsed);
         if let Some(kafka) = &parsed.kafka {
             for (path, message) in kafka.security_problems() {
                 let mut at = vec!["kafka".to_string()];
@@ -330,6 +354,10 @@ impl Loader {
             return None;
         };
 
+        let node_names: Vec<&str> = nodes.iter().map(|(name, _, _)| name.as_str()).collect();
+        let input_info: Vec<Vec<NodeInput>> = (0..nodes.len())
+            .map(|i| graph.input_info(&sources, &node_names, i))
+            .collect();
         let mut topology = Topology {
             name: app.clone(),
             description,
@@ -352,10 +380,11 @@ impl Loader {
                 targets: Vec::new(),
             });
         }
-        for ((name, common, kind), inputs) in nodes.into_iter().zip(graph.node_inputs) {
+        let nodes = nodes.into_iter().zip(graph.node_inputs).zip(input_info);
+        for (((name, common, kind), inputs), input_info) in nodes {
             let (common, kind) = (common?, kind?);
             let stores: Vec<StoreDef> = kind
-                .stores(common.key_by.is_some())
+                .stores(&input_info, common.key_by.is_some())
                 .into_iter()
                 .map(|store| StoreDef::new(&app, &name, store))
                 .collect();
@@ -371,6 +400,7 @@ impl Loader {
                 common,
                 kind,
                 inputs,
+                input_info,
                 stores,
             });
         }
@@ -426,6 +456,40 @@ struct Graph {
     sink_inputs: Vec<Vec<Upstream>>,
     /// Per node, its named outputs (`None` if its operator did not parse).
     output_names: Vec<Option<Vec<String>>>,
+}
+
+impl Graph {
+    /// Node `node`'s inputs as its operator may know them, given every
+    /// source and the name of every node.
+    fn input_info(
+        &self,
+        sources: &[(String, Option<model::SourceConfig>)],
+        node_names: &[&str],
+        node: usize,
+    ) -> Vec<NodeInput> {
+        self.node_inputs[node]
+            .iter()
+            .map(|upstream| match *upstream {
+                Upstream::Source(s) => NodeInput {
+                    name: sources[s].0.clone(),
+                    table: sources[s]
+                        .1
+                        .as_ref()
+                        .is_some_and(|c| c.kind == SourceKind::Table),
+                },
+                Upstream::Node { node, output } => {
+                    let name = node_names[node];
+                    let output = output
+                        .checked_sub(1)
+                        .and_then(|o| self.output_names[node].as_ref()?.get(o));
+                    NodeInput {
+                        name: output.map_or_else(|| name.to_string(), |o| format!("{name}.{o}")),
+                        table: false,
+                    }
+                }
+            })
+            .collect()
+    }
 }
 
 /// The names inputs may refer to.
@@ -598,6 +662,21 @@ impl Loader {
                     reset.name(),
                 ),
             );
+        }
+    }
+
+    /// A table is keyed by its record key.
+    fn check_tables(&mut self, parsed: &Parsed) {
+        for (name, source) in &parsed.sources {
+            if let Some(source) = source
+                && source.kind == SourceKind::Table
+                && source.key_format == KeyFormat::None
+            {
+                self.error_at(
+                    &["sources".into(), name.clone(), "key_format".into()],
+                    "a table holds the latest value of each key: its records need their key, so `key_format: none` does not apply".into(),
+                );
+            }
         }
     }
 

@@ -133,7 +133,7 @@ fn queryable(t: &Topology) -> Vec<(String, &str)> {
     t.nodes
         .iter()
         .filter_map(|n| {
-            let store = n.kind.spec().queryable_store()?;
+            let store = n.kind.spec().queryable_store(&n.input_info)?;
             Some((n.store_name(store), n.name.as_str()))
         })
         .collect()

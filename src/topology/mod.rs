@@ -30,7 +30,7 @@ use model::{
     SchemaRegistryConfig, SinkConfig, SourceConfig, StateConfig,
 };
 
-use crate::operators::registry::{NodeInfo, NodeKind};
+use crate::operators::registry::{NodeInfo, NodeInput, NodeKind};
 pub(crate) use crate::state::StoreDef;
 
 /// One problem in a topology file.
@@ -136,6 +136,9 @@ pub struct Node {
     pub common: NodeCommon,
     pub kind: NodeKind,
     pub(crate) inputs: Vec<Upstream>,
+    /// Each input as the operator may know it (its name; whether it is a
+    /// table).
+    pub(crate) input_info: Vec<NodeInput>,
     /// Per output (0 is the default, then the named ones): where records go.
     pub(crate) targets: Vec<Vec<Target>>,
     /// Output names after the default one.
@@ -153,6 +156,7 @@ impl Node {
             name: &self.name,
             key_by: self.common.key_by.as_ref(),
             max_record_bytes,
+            inputs: &self.input_info,
         }
     }
 

@@ -587,6 +587,20 @@ pub(crate) enum KeyFormat {
     None,
 }
 
+/// How a source's records are read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum SourceKind {
+    /// Every record is an event.
+    #[default]
+    Stream,
+    /// A changelog of a table (Kafka Streams' `KTable`, usually a
+    /// compacted topic): each record is the latest value of its key, a
+    /// tombstone (no value) deletes the key. Read by `join` nodes (which
+    /// materialize it) and sinks.
+    Table,
+}
+
 /// Where to start reading a partition that has no committed offset.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -613,6 +627,11 @@ impl OffsetReset {
 pub struct SourceConfig {
     /// Kafka topic to read.
     pub topic: String,
+    /// `stream` (default): every record is an event. `table`: each record
+    /// is the latest value of its key and a tombstone deletes it; `join`
+    /// nodes and sinks read tables.
+    #[serde(default)]
+    pub(crate) kind: SourceKind,
     /// Value encoding.
     #[serde(default)]
     pub(crate) format: Format,

@@ -260,3 +260,84 @@ sinks: { out: { topic: o, input: b } }
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].contains("cycle: "), "{}", errors[0]);
 }
+
+const JOINED: &str = "\
+name: app
+kafka:
+  bootstrap_servers: localhost:9092
+sources:
+  orders:
+    topic: orders
+  customers:
+    topic: customers
+    kind: table
+nodes:
+  enrich:
+    type: join
+    input: [orders, customers]
+    key_by: /customer_id
+sinks:
+  enriched:
+    topic: enriched
+    input: enrich
+";
+
+#[test]
+fn a_join_of_a_stream_and_a_table_compiles_with_the_table_s_store() {
+    let topology = load(JOINED).unwrap();
+    let node = &topology.nodes[0];
+    assert_eq!(
+        node.input_info
+            .iter()
+            .map(|i| (i.name.as_str(), i.table))
+            .collect::<Vec<_>>(),
+        vec![("orders", false), ("customers", true)]
+    );
+    let internal: Vec<String> = topology
+        .internal_topics()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(
+        internal.contains(&"app-enrich-table-changelog".to_string()),
+        "{internal:?}"
+    );
+    assert!(internal.contains(&"app-enrich-repartition".to_string()));
+}
+
+#[test]
+fn tables_and_joins_are_checked_where_they_are_written() {
+    // A table read by an operator that reads streams.
+    let text = JOINED.replace(
+        "    type: join\n    input: [orders, customers]\n    key_by: /customer_id\n",
+        "    type: map\n    input: customers\n    expression: .\n",
+    );
+    assert_eq!(
+        load(&text).unwrap_err(),
+        vec![
+            "t.yaml:13:12: nodes.enrich.input: `customers` is a table (`kind: table`): `map` nodes read streams; join it with a `join` node, or send it to a sink"
+        ]
+    );
+    // A table without keys.
+    let text = JOINED.replace(
+        "    kind: table\n",
+        "    kind: table\n    key_format: none\n",
+    );
+    assert_eq!(
+        load(&text).unwrap_err(),
+        vec![
+            "t.yaml:10:17: sources.customers.key_format: a table holds the latest value of each key: its records need their key, so `key_format: none` does not apply"
+        ]
+    );
+    // The table first.
+    let text = JOINED.replace("[orders, customers]", "[customers, orders]");
+    assert_eq!(
+        load(&text).unwrap_err(),
+        vec![
+            "t.yaml:13:12: nodes.enrich.input: `customers` is a table and `orders` a stream: put the stream first (`input: [orders, customers]`), it is what joins the table"
+        ]
+    );
+    // A table copied to a sink is fine.
+    let text = JOINED.replace("    input: enrich\n", "    input: [enrich, customers]\n");
+    assert!(load(&text).is_ok());
+}

@@ -362,6 +362,7 @@ fn the_default_cap_is_nine_tenths_of_the_producer_s_limit_and_check_refuses_more
         name: "n",
         key_by: None,
         max_record_bytes: limit,
+        inputs: &[],
     };
     assert_eq!(config.max_bytes(&node(1_000_000)), 900_000);
     assert_eq!(config.max_bytes(&node(65_536)), 58_977);

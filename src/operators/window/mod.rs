@@ -75,7 +75,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keyed::{OnReject, legal_name};
 use super::merge::{FieldRule, MergeRule};
-use super::{Issue, NodeInfo, Operator, OperatorSpec};
+use super::{Issue, NodeInfo, NodeInput, Operator, OperatorSpec};
 use crate::config::types::HumanDuration;
 use crate::state::{StateError, StateSet};
 use crate::telemetry::NodeCounter;
@@ -349,7 +349,7 @@ impl WindowConfig {
 }
 
 impl OperatorSpec for WindowConfig {
-    fn stores(&self) -> &'static [&'static str] {
+    fn stores(&self, _inputs: &[NodeInput]) -> &'static [&'static str] {
         match self.window {
             WindowKind::Sliding => &["buckets"],
             _ => &["windows"],
@@ -380,7 +380,7 @@ impl OperatorSpec for WindowConfig {
         node: &NodeInfo<'_>,
         state: &mut StateSet,
     ) -> Result<Box<dyn Operator>, StateError> {
-        let store = self.stores()[0];
+        let store = self.stores(node.inputs)[0];
         Ok(Box::new(run::Window::new(
             self.shape(),
             state.declare(&node.store_name(store))?,

@@ -271,6 +271,7 @@ fn issues(options: Value) -> Vec<String> {
         name: "n",
         key_by: None,
         max_record_bytes: 1_000_000,
+        inputs: &[],
     };
     let mut issues = Vec::new();
     kind.spec().validate(&info, &mut issues);

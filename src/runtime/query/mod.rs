@@ -53,7 +53,7 @@ pub fn queryable_stores(topology: &Topology) -> Vec<QueryableStore> {
         .iter()
         .enumerate()
         .filter_map(|(index, node)| {
-            let store = node.kind.spec().queryable_store()?;
+            let store = node.kind.spec().queryable_store(&node.input_info)?;
             Some(QueryableStore {
                 name: node.store_name(store),
                 node: index,

@@ -1,0 +1,208 @@
+//! Joins against Apache Kafka, end to end: orders, keyed by order id,
+//! re-keyed by customer (`key_by`, through the repartition topic) and
+//! joined with a customers table (`kind: table`), exactly once under
+//! read_committed — across a kill -9 in the middle of a batch and a restart
+//! whose state directory was wiped, so the table comes back from its
+//! changelog. A tombstone deletes a customer; orders without a customer
+//! are dead-lettered, each exactly once.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+const PARTITIONS: i32 = 2;
+const CUSTOMERS: u64 = 40;
+/// Deleted by a tombstone after the first profiles, back in the second.
+const DELETED: u64 = 39;
+
+fn topology(dir: &Path, app: &str, orders: &str, customers: &str) -> PathBuf {
+    let path = dir.join("topology.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: {app}
+kafka: {{ bootstrap_servers: 'unused:9092' }}
+processing: {{ commit_interval: 100ms }}
+sources:
+  orders: {{ topic: {orders} }}
+  customers: {{ topic: {customers}, kind: table }}
+nodes:
+  enrich:
+    type: join
+    input: [orders, customers]
+    key_by: /customer_id
+    how: left
+    fields:
+      order_id: /orders/order_id
+      customer: /customers/name
+      version: /customers/version
+sinks:
+  enriched: {{ topic: {app}-enriched, input: enrich, create: true }}
+dead_letter: {{ topic: {app}-dlq }}
+"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn customer(n: u64) -> String {
+    format!("c-{n}")
+}
+
+/// Every customer's profile at `version`; the end offsets of the topic.
+fn profiles(producer: &TestProducer, topic: &str, version: u64) -> Vec<i64> {
+    for n in 0..CUSTOMERS {
+        let value = json!({"name": format!("customer {n}"), "version": version});
+        producer.send_json(topic, &customer(n), &value);
+    }
+    producer.flush();
+    producer.ends(topic, PARTITIONS)
+}
+
+/// Orders `from..to`, keyed by order id; every 101st has no customer.
+fn orders(producer: &TestProducer, topic: &str, from: u64, to: u64) -> Vec<i64> {
+    for i in from..to {
+        let value = if i % 101 == 100 {
+            json!({"order_id": i})
+        } else {
+            json!({"order_id": i, "customer_id": customer(i % CUSTOMERS)})
+        };
+        producer.send_json(topic, &format!("o-{i}"), &value);
+    }
+    producer.flush();
+    producer.ends(topic, PARTITIONS)
+}
+
+#[test]
+fn a_stream_table_join_is_exact_across_a_kill_and_a_wiped_state() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-joins");
+    let orders_topic = unique("orders");
+    let customers_topic = unique("customers");
+    create_topic(&orders_topic, PARTITIONS);
+    create_topic_with(
+        &customers_topic,
+        PARTITIONS,
+        &[("cleanup.policy", "compact")],
+    );
+    let config = AppConfig {
+        topology: topology(dir.path(), &app, &orders_topic, &customers_topic),
+        instance: "a".into(),
+        state_dir: dir.path().join("state"),
+        env: Vec::new(),
+        txn_header: false,
+        args: Vec::new(),
+    };
+    let producer = TestProducer::new();
+
+    // Version 1 of every profile, then one customer deleted; the table is
+    // in place (its offsets committed) before any order is written, so
+    // what each order joins is known.
+    profiles(&producer, &customers_topic, 1);
+    producer.send_maybe(&customers_topic, Some(customer(DELETED).as_bytes()), None);
+    producer.flush();
+    let table_end = producer.ends(&customers_topic, PARTITIONS);
+    let first = App::start(&config, dir.path());
+    wait_committed_to(
+        &first,
+        &app,
+        &customers_topic,
+        &table_end,
+        Duration::from_secs(120),
+    );
+
+    // 1,000 orders, then 2,000 more, killed -9 while it works through them.
+    let end = orders(&producer, &orders_topic, 0, 1_000);
+    wait_committed_to(&first, &app, &orders_topic, &end, Duration::from_secs(120));
+    let before = first.metric("streamfold_node_records_out_total");
+    assert!(before > 0.0, "no records out after the first batch");
+    orders(&producer, &orders_topic, 1_000, 3_000);
+    first.wait_metric(
+        "streamfold_node_records_out_total",
+        Duration::from_secs(60),
+        |n| n > before + 500.0,
+    );
+    first.kill();
+    std::fs::remove_dir_all(&config.state_dir).unwrap();
+
+    // Restored from the changelog, the table joins the rest of the batch.
+    let second = App::start(&config, dir.path());
+    let end = producer.ends(&orders_topic, PARTITIONS);
+    wait_committed_to(&second, &app, &orders_topic, &end, Duration::from_secs(120));
+    // Version 2 of every profile (the deleted customer back), committed,
+    // then 1,000 more orders.
+    let table_end = profiles(&producer, &customers_topic, 2);
+    wait_committed_to(
+        &second,
+        &app,
+        &customers_topic,
+        &table_end,
+        Duration::from_secs(120),
+    );
+    let end = orders(&producer, &orders_topic, 3_000, 4_000);
+    wait_committed_to(&second, &app, &orders_topic, &end, Duration::from_secs(120));
+    let log = second.stop();
+    assert!(log.contains("Restore finished"), "no restore in:\n{log}");
+
+    // What each order must have joined: nothing for the deleted customer
+    // before version 2.
+    let mut expected: BTreeMap<u64, Value> = BTreeMap::new();
+    let mut without_customer = 0;
+    for i in 0..4_000u64 {
+        if i % 101 == 100 {
+            without_customer += 1;
+            continue;
+        }
+        let n = i % CUSTOMERS;
+        let version = if i >= 3_000 { 2 } else { 1 };
+        let row = if n == DELETED && version == 1 {
+            json!({"order_id": i, "customer": null, "version": null})
+        } else {
+            json!({"order_id": i, "customer": format!("customer {n}"), "version": version})
+        };
+        expected.insert(i, row);
+    }
+    let mut joined: BTreeMap<u64, Value> = BTreeMap::new();
+    for record in read_to_end(&format!("{app}-enriched"), Duration::from_secs(60)) {
+        let value = record.json();
+        let id = value["order_id"].as_u64().unwrap();
+        assert_eq!(
+            record.key.as_deref(),
+            Some(customer(id % CUSTOMERS).as_str()),
+            "keyed by customer"
+        );
+        let again = joined.insert(id, value);
+        assert!(again.is_none(), "order {id} joined twice");
+    }
+    assert_eq!(joined.len(), expected.len(), "orders joined");
+    for (id, row) in &expected {
+        assert_eq!(joined.get(id), Some(row), "order {id}");
+    }
+
+    // Each order without a customer dead-lettered once, with the reason.
+    let letters = read_to_end(&format!("{app}-dlq"), Duration::from_secs(60));
+    let mut positions: Vec<(String, String)> = letters
+        .iter()
+        .map(|l| {
+            assert_eq!(
+                l.header("streamfold.dlq.reason_code"),
+                Some("missing_key_field")
+            );
+            (
+                l.header("streamfold.dlq.partition").unwrap().to_string(),
+                l.header("streamfold.dlq.offset").unwrap().to_string(),
+            )
+        })
+        .collect();
+    positions.sort();
+    positions.dedup();
+    assert_eq!(letters.len(), without_customer);
+    assert_eq!(positions.len(), without_customer, "each letter once");
+}
