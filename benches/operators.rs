@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use streamfold::state::memory::MemoryBackend;
 use streamfold::task::{Routing, Task};
 
-use driver::{Driver, projection_topology, topology};
+use driver::{Driver, projection_topology, topology, topology_with};
 use streamfold::topology::Topology;
 
 /// The allocator the `streamfold` binary runs with, so the operators are
@@ -220,5 +220,100 @@ fn operators(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, operators);
+/// Records as (source, key, value, timestamp).
+type Sourced = Vec<(usize, Vec<u8>, Value, i64)>;
+
+/// A table row for every key, then the stream: one in ten keys has no row.
+fn stream_table_workload() -> Sourced {
+    let rows = (0..KEYS).filter(|k| k % 10 != 9).map(|k| {
+        (
+            1,
+            format!("key-{k}").into_bytes(),
+            json!({"name": format!("n{k}"), "tier": k % 3}),
+            0,
+        )
+    });
+    let stream = (0..RECORDS).map(|i| (0, key(i), json!({"order": i, "total": i % 97}), i as i64));
+    rows.chain(stream).collect()
+}
+
+/// Two streams of one key space, alternating, 1 ms apart in event time:
+/// with a 2 s window each record meets about two of the other side.
+fn stream_stream_workload() -> Sourced {
+    (0..RECORDS)
+        .map(|i| (i % 2, key(i / 2), json!({"n": i}), i as i64))
+        .collect()
+}
+
+/// Page views over 1,000 pages, 1 ms apart in event time.
+fn window_workload() -> Sourced {
+    (0..RECORDS)
+        .map(|i| (0, key(i), json!({"user": format!("u{}", i % 37)}), i as i64))
+        .collect()
+}
+
+fn run_sourced(task: &mut Task, workload: Sourced) -> u64 {
+    let mut driver = Driver::new();
+    for (source, key, value, timestamp) in workload {
+        driver.feed_source(task, source, key, value, timestamp);
+    }
+    driver.finish(task)
+}
+
+/// The operators on event time that read more than one source, or none of
+/// the others' workloads: windows and joins (`RECORDS` stream records per
+/// iteration; a stream–table join's table rows come first).
+fn windows_and_joins(c: &mut Criterion) {
+    let cases: Vec<(&str, Arc<Topology>, Sourced)> = vec![
+        (
+            "window_tumbling_count",
+            topology(
+                "  window:\n    type: window\n    input: events\n    window: tumbling\n    size: 10s\n    fields:\n      views: { rule: count }\n",
+                "window",
+            ),
+            window_workload(),
+        ),
+        (
+            "window_session_count",
+            topology(
+                "  window:\n    type: window\n    input: events\n    window: session\n    gap: 5s\n    fields:\n      views: { rule: count }\n",
+                "window",
+            ),
+            window_workload(),
+        ),
+        (
+            "join_stream_table",
+            topology_with(
+                "\n  customers: { topic: customers, kind: table }",
+                "  join:\n    type: join\n    input: [events, customers]\n    how: left\n",
+                "join",
+            ),
+            stream_table_workload(),
+        ),
+        (
+            "join_stream_stream",
+            topology_with(
+                "\n  views: { topic: views }",
+                "  join:\n    type: join\n    input: [events, views]\n    window: 2s\n",
+                "join",
+            ),
+            stream_stream_workload(),
+        ),
+    ];
+    let mut group = c.benchmark_group("operators");
+    group.throughput(Throughput::Elements(RECORDS as u64));
+    group.sample_size(10);
+    for (name, topology, workload) in cases {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || (task(&topology), workload.clone()),
+                |(mut task, workload)| black_box(run_sourced(&mut task, workload)),
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, operators, windows_and_joins);
 criterion_main!(benches);

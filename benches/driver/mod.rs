@@ -24,12 +24,17 @@ pub fn topology(nodes: &str, input: &str) -> Arc<Topology> {
     } else {
         ""
     };
+    topology_with(reads, nodes, input)
+}
+
+/// As [`topology`], with `sources` (YAML lines) after `events`.
+pub fn topology_with(sources: &str, nodes: &str, input: &str) -> Arc<Topology> {
     let text = format!(
         "
 name: bench
 kafka: {{ bootstrap_servers: 'unused:9092' }}
 sources:
-  events: {{ topic: events }}{reads}
+  events: {{ topic: events }}{sources}
 nodes:
 {nodes}
 sinks:
@@ -79,6 +84,18 @@ impl Driver {
     }
 
     pub fn feed(&mut self, task: &mut Task, key: Vec<u8>, value: Value, timestamp: i64) {
+        self.feed_source(task, 0, key, value, timestamp);
+    }
+
+    /// Feeds a record to the task's `source`-th source.
+    pub fn feed_source(
+        &mut self,
+        task: &mut Task,
+        source: usize,
+        key: Vec<u8>,
+        value: Value,
+        timestamp: i64,
+    ) {
         let origin = Origin {
             topic: "events",
             partition: 0,
@@ -89,7 +106,7 @@ impl Driver {
         };
         let record = Record::new(Some(key.clone().into_boxed_slice()), value, timestamp);
         task.records()
-            .process_source(0, &origin, Ok(record), &mut self.outputs)
+            .process_source(source, &origin, Ok(record), &mut self.outputs)
             .unwrap();
         self.fed += 1;
         if self.fed.is_multiple_of(TICK_EVERY) {
