@@ -210,3 +210,217 @@ fn a_stream_table_join_is_exact_across_a_kill_and_a_wiped_state() {
     assert_eq!(letters.len(), without_customer);
     assert_eq!(positions.len(), without_customer, "each letter once");
 }
+
+fn streams_topology(dir: &Path, app: &str, clicks: &str, views: &str) -> PathBuf {
+    let path = dir.join("streams.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: {app}
+kafka: {{ bootstrap_servers: 'unused:9092' }}
+processing: {{ commit_interval: 100ms }}
+sources:
+  clicks: {{ topic: {clicks}, timestamp: /at }}
+  views: {{ topic: {views}, timestamp: /at }}
+nodes:
+  paired:
+    type: join
+    input: [clicks, views]
+    how: outer
+    window: 2s
+    grace: 1h
+    value: '{{click: .clicks.id, view: .views.id}}'
+sinks:
+  pairs: {{ topic: {app}-pairs, input: paired, create: true }}
+dead_letter: {{ topic: {app}-dlq }}
+"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+const USERS: u64 = 300;
+const AT: i64 = 1_735_689_600_000;
+
+/// Click `i` (id `c<i>`): its user and time, spread over the first minute.
+fn click(i: u64) -> (String, i64) {
+    (
+        format!("u{}", i % USERS),
+        AT + ((i * 7_919) % 60_000) as i64,
+    )
+}
+
+/// View `i` (id `v<i>`), spread differently: about half of the records of
+/// either side have a partner 2 s or less apart.
+fn view(i: u64) -> (String, i64) {
+    (
+        format!("u{}", (i * 7) % USERS),
+        AT + ((i * 6_151 + 31) % 60_000) as i64,
+    )
+}
+
+/// Clicks and views `from..to`, in turn; the end offsets of both topics.
+fn clicks_and_views(
+    producer: &TestProducer,
+    clicks: &str,
+    views: &str,
+    from: u64,
+    to: u64,
+) -> (Vec<i64>, Vec<i64>) {
+    for i in from..to {
+        let (user, at) = click(i);
+        producer.send_json(clicks, &user, &json!({"id": format!("c{i}"), "at": at}));
+        let (user, at) = view(i);
+        producer.send_json(views, &user, &json!({"id": format!("v{i}"), "at": at}));
+    }
+    producer.flush();
+    (
+        producer.ends(clicks, PARTITIONS),
+        producer.ends(views, PARTITIONS),
+    )
+}
+
+/// The outer join of clicks and views `0..n`, the slow way: every pair of
+/// a user's records at most 2 s apart, then each record that has none.
+fn outer_join(n: u64) -> Vec<(Option<String>, Option<String>)> {
+    let clicks: Vec<(String, i64, String)> = (0..n)
+        .map(|i| {
+            let (user, at) = click(i);
+            (user, at, format!("c{i}"))
+        })
+        .collect();
+    let views: Vec<(String, i64, String)> = (0..n)
+        .map(|i| {
+            let (user, at) = view(i);
+            (user, at, format!("v{i}"))
+        })
+        .collect();
+    let near = |a: &(String, i64, String), b: &(String, i64, String)| {
+        a.0 == b.0 && (a.1 - b.1).abs() <= 2_000
+    };
+    let mut out = Vec::new();
+    for c in &clicks {
+        for v in &views {
+            if near(c, v) {
+                out.push((Some(c.2.clone()), Some(v.2.clone())));
+            }
+        }
+        if !views.iter().any(|v| near(c, v)) {
+            out.push((Some(c.2.clone()), None));
+        }
+    }
+    for v in &views {
+        if !clicks.iter().any(|c| near(c, v)) {
+            out.push((None, Some(v.2.clone())));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_stream_stream_outer_join_is_exact_across_a_kill_and_a_wiped_state() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-stream-join");
+    let clicks = unique("clicks");
+    let views = unique("views");
+    create_topic(&clicks, PARTITIONS);
+    create_topic(&views, PARTITIONS);
+    let config = AppConfig {
+        topology: streams_topology(dir.path(), &app, &clicks, &views),
+        instance: "a".into(),
+        state_dir: dir.path().join("state"),
+        env: Vec::new(),
+        txn_header: false,
+        args: Vec::new(),
+    };
+    let producer = TestProducer::new();
+
+    // 1,500 of each, then 1,500 more, killed -9 while it works through
+    // them: the buffered records (and their timers) come back from the
+    // changelogs after the state is wiped.
+    let (clicks_end, views_end) = clicks_and_views(&producer, &clicks, &views, 0, 1_500);
+    let first = App::start(&config, dir.path());
+    wait_committed_to(&first, &app, &clicks, &clicks_end, Duration::from_secs(120));
+    wait_committed_to(&first, &app, &views, &views_end, Duration::from_secs(120));
+    let before = first.wait_metric_present(
+        "streamfold_node_records_in_total",
+        Duration::from_secs(60),
+        |n| n >= 3_000.0,
+    );
+    clicks_and_views(&producer, &clicks, &views, 1_500, 3_000);
+    first.wait_metric(
+        "streamfold_node_records_in_total",
+        Duration::from_secs(60),
+        |n| n > before + 500.0,
+    );
+    first.kill();
+    std::fs::remove_dir_all(&config.state_dir).unwrap();
+
+    // Once every click and view is in (the two topics are read side by
+    // side, not in time order: a record far ahead on one would make the
+    // other's unread records late), a click two hours later on every
+    // partition's users moves stream time past every window, and the
+    // records that never matched are emitted.
+    let second = App::start(&config, dir.path());
+    let clicks_end = producer.ends(&clicks, PARTITIONS);
+    let views_end = producer.ends(&views, PARTITIONS);
+    wait_committed_to(
+        &second,
+        &app,
+        &clicks,
+        &clicks_end,
+        Duration::from_secs(120),
+    );
+    wait_committed_to(&second, &app, &views, &views_end, Duration::from_secs(120));
+    for user in 0..USERS {
+        let flush = json!({"id": "flush", "at": AT + 7_200_000});
+        producer.send_json(&clicks, &format!("u{user}"), &flush);
+    }
+    producer.flush();
+    let clicks_end = producer.ends(&clicks, PARTITIONS);
+    let views_end = producer.ends(&views, PARTITIONS);
+    wait_committed_to(
+        &second,
+        &app,
+        &clicks,
+        &clicks_end,
+        Duration::from_secs(120),
+    );
+    wait_committed_to(&second, &app, &views, &views_end, Duration::from_secs(120));
+    // Every click and view leaves its buffer (timers fire in rounds, after
+    // the flush's offsets may have committed).
+    second.wait_metric_present(
+        "streamfold_join_expired_records_total",
+        Duration::from_secs(60),
+        |n| n >= 6_000.0,
+    );
+    second.wait_metric_present(
+        "streamfold_join_late_records_total",
+        Duration::from_secs(10),
+        |n| n == 0.0,
+    );
+    let log = second.stop();
+    assert!(log.contains("Restore finished"), "no restore in:\n{log}");
+
+    let mut pairs: Vec<(Option<String>, Option<String>)> =
+        read_to_end(&format!("{app}-pairs"), Duration::from_secs(60))
+            .iter()
+            .map(|r| {
+                let value = r.json();
+                let id = |v: &Value| v.as_str().map(String::from);
+                (id(&value["click"]), id(&value["view"]))
+            })
+            .filter(|(click, _)| click.as_deref() != Some("flush"))
+            .collect();
+    pairs.sort();
+    let expected = outer_join(3_000);
+    assert!(expected.iter().any(|(c, v)| c.is_some() && v.is_some()));
+    assert!(expected.iter().any(|(c, _)| c.is_none()), "a lonely view");
+    assert!(expected.iter().any(|(_, v)| v.is_none()), "a lonely click");
+    assert_eq!(pairs.len(), expected.len(), "pairs emitted");
+    assert_eq!(pairs, expected);
+    assert!(read_to_end(&format!("{app}-dlq"), Duration::from_secs(30)).is_empty());
+}

@@ -501,3 +501,75 @@ fn projection_read_models_are_served_as_entity_and_version_from_either_instance(
     a.stop();
     b.stop();
 }
+
+#[test]
+fn a_joined_table_is_served_by_key_from_either_instance_and_a_deleted_key_is_404() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-q-orders");
+    let orders = unique("orders");
+    let customers = unique("customers");
+    create_topic(&orders, 2);
+    create_topic_with(&customers, 2, &[("cleanup.policy", "compact")]);
+    let env = vec![
+        ("STREAMFOLD_APP".to_string(), app.clone()),
+        ("ORDERS_TOPIC".to_string(), orders.clone()),
+        ("CUSTOMERS_TOPIC".to_string(), customers.clone()),
+        ("ENRICHED_ORDERS_TOPIC".to_string(), unique("enriched")),
+        ("DEAD_LETTER_TOPIC".to_string(), unique("dlq")),
+    ];
+    let config = |instance: &str, port: u16| AppConfig {
+        topology: repo().join("topologies/orders-enriched.yaml"),
+        instance: instance.into(),
+        state_dir: dir.path().join(format!("state-{instance}")),
+        env: env.clone(),
+        txn_header: false,
+        args: vec!["--query-addr".into(), format!("127.0.0.1:{port}")],
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = App::start(&config("a", port_a), dir.path());
+    let b = App::start(&config("b", port_b), dir.path());
+    wait_running(&[&a, &b], 2.0);
+
+    // Two versions of 30 profiles; the last one deleted.
+    let producer = TestProducer::new();
+    for version in 1..=2 {
+        for c in 0..30 {
+            let profile = json!({"name": format!("customer {c}"), "tier": version});
+            producer.send_json(&customers, &format!("c-{c}"), &profile);
+        }
+    }
+    producer.send_maybe(&customers, Some(b"c-29"), None);
+    producer.flush();
+    let end = producer.ends(&customers, 2);
+    wait_committed_to(&a, &app, &customers, &end, Duration::from_secs(180));
+
+    for addr in [format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}")] {
+        for c in 0..30 {
+            let path = format!("/v1/stores/enrich-table/keys/c-{c}");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let answer = loop {
+                let answer = get(&addr, &path);
+                if answer.status != 503 {
+                    break answer;
+                }
+                assert!(Instant::now() < deadline, "{addr}{path} stays unavailable");
+                std::thread::sleep(Duration::from_millis(200));
+            };
+            if c == 29 {
+                assert_eq!(answer.status, 404, "{addr}{path}: {}", answer.body);
+                continue;
+            }
+            assert_eq!(answer.status, 200, "{addr}{path}: {}", answer.body);
+            let row = &answer.body["value"];
+            assert_eq!(
+                row["value"],
+                json!({"name": format!("customer {c}"), "tier": 2}),
+                "{row}"
+            );
+            assert!(row["timestamp"].as_i64().is_some(), "{row}");
+        }
+    }
+    a.stop();
+    b.stop();
+}

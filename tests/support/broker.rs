@@ -149,6 +149,12 @@ impl Broker {
                 if let Some(bind) = &options.listener_bind {
                     args.extend(["--listener-bind".into(), bind.clone()]);
                 }
+                // Tests give records fixed event times (2025) as their
+                // timestamps; time-based retention (7 days, checked every 5
+                // minutes) would delete such records from a topic mid-test,
+                // a whole segment at a time. Options given here come after,
+                // and win.
+                args.extend(["--config".into(), "log.retention.ms=-1".into()]);
                 for config in &options.configs {
                     args.extend(["--config".into(), config.clone()]);
                 }
