@@ -424,3 +424,210 @@ fn a_stream_stream_outer_join_is_exact_across_a_kill_and_a_wiped_state() {
     assert_eq!(pairs, expected);
     assert!(read_to_end(&format!("{app}-dlq"), Duration::from_secs(30)).is_empty());
 }
+
+fn tables_topology(dir: &Path, app: &str, accounts: &str, limits: &str) -> PathBuf {
+    let path = dir.join("tables.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: {app}
+kafka: {{ bootstrap_servers: 'unused:9092' }}
+processing: {{ commit_interval: 100ms }}
+sources:
+  accounts: {{ topic: {accounts}, kind: table }}
+  limits: {{ topic: {limits}, kind: table }}
+nodes:
+  joined:
+    type: join
+    input: [accounts, limits]
+    how: outer
+    fields:
+      account: /accounts/v
+      limit: /limits/v
+sinks:
+  rows: {{ topic: {app}-rows, input: joined, create: true }}
+dead_letter: {{ topic: {app}-dlq }}
+"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+const ACCOUNTS: u64 = 50;
+
+/// Updates `from..to` of both tables: update `i` writes version `i` of key
+/// `a<i % ACCOUNTS>` to one table or the other, every 7th a tombstone.
+fn table_updates(producer: &TestProducer, accounts: &str, limits: &str, from: u64, to: u64) {
+    for i in from..to {
+        let topic = if (i * 31) % 3 == 0 { limits } else { accounts };
+        let key = format!("a{}", i % ACCOUNTS);
+        let value = (i % 7 != 6).then(|| json!({"v": i}).to_string());
+        producer.send_maybe(
+            topic,
+            Some(key.as_bytes()),
+            value.as_deref().map(str::as_bytes),
+        );
+    }
+    producer.flush();
+}
+
+/// A table's updates per key, in offset order (`None`: a tombstone).
+fn updates_by_key(topic: &str) -> BTreeMap<String, Vec<Option<u64>>> {
+    let mut out: BTreeMap<String, Vec<(i64, Option<u64>)>> = BTreeMap::new();
+    for record in read_to_end(topic, Duration::from_secs(60)) {
+        let value = record
+            .payload
+            .as_ref()
+            .map(|_| record.json()["v"].as_u64().unwrap());
+        out.entry(record.key.clone().unwrap())
+            .or_default()
+            .push((record.offset, value));
+    }
+    out.into_iter()
+        .map(|(k, mut v)| {
+            v.sort();
+            (k, v.into_iter().map(|(_, v)| v).collect())
+        })
+        .collect()
+}
+
+/// Whether `rows` (one key's outputs, in order; `None` a tombstone, else
+/// `(account, limit)`) is what an outer join emits for some interleaving
+/// of the key's account and limit updates, each applied once in order.
+fn explains(
+    accounts: &[Option<u64>],
+    limits: &[Option<u64>],
+    rows: &[Option<(Option<u64>, Option<u64>)>],
+) -> bool {
+    // Reachable (accounts applied, limits applied, rows matched).
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![(0usize, 0usize, 0usize)];
+    let latest = |updates: &[Option<u64>], n: usize| n.checked_sub(1).and_then(|i| updates[i]);
+    while let Some((i, j, o)) = stack.pop() {
+        if !seen.insert((i, j, o)) {
+            continue;
+        }
+        if i == accounts.len() && j == limits.len() && o == rows.len() {
+            return true;
+        }
+        for (ni, nj) in [(i + 1, j), (i, j + 1)] {
+            if ni > accounts.len() || nj > limits.len() {
+                continue;
+            }
+            let before = (latest(accounts, i), latest(limits, j));
+            let after = (latest(accounts, ni), latest(limits, nj));
+            let row = if after.0.is_some() || after.1.is_some() {
+                Some(Some(after))
+            } else if before.0.is_some() || before.1.is_some() {
+                Some(None)
+            } else {
+                None
+            };
+            match row {
+                None => stack.push((ni, nj, o)),
+                Some(row) if rows.get(o) == Some(&row) => stack.push((ni, nj, o + 1)),
+                Some(_) => {}
+            }
+        }
+    }
+    false
+}
+
+#[test]
+fn a_table_table_outer_join_emits_one_change_per_update_across_a_kill_and_a_wiped_state() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-table-join");
+    let accounts = unique("accounts");
+    let limits = unique("limits");
+    create_topic(&accounts, PARTITIONS);
+    create_topic(&limits, PARTITIONS);
+    let config = AppConfig {
+        topology: tables_topology(dir.path(), &app, &accounts, &limits),
+        instance: "a".into(),
+        state_dir: dir.path().join("state"),
+        env: Vec::new(),
+        txn_header: false,
+        args: Vec::new(),
+    };
+    let producer = TestProducer::new();
+
+    table_updates(&producer, &accounts, &limits, 0, 1_500);
+    let first = App::start(&config, dir.path());
+    wait_committed_to(
+        &first,
+        &app,
+        &accounts,
+        &producer.ends(&accounts, PARTITIONS),
+        Duration::from_secs(120),
+    );
+    wait_committed_to(
+        &first,
+        &app,
+        &limits,
+        &producer.ends(&limits, PARTITIONS),
+        Duration::from_secs(120),
+    );
+    let before = first.wait_metric_present(
+        "streamfold_node_records_in_total",
+        Duration::from_secs(60),
+        |n| n >= 1_500.0,
+    );
+    table_updates(&producer, &accounts, &limits, 1_500, 10_000);
+    first.wait_metric(
+        "streamfold_node_records_in_total",
+        Duration::from_secs(60),
+        |n| n > before + 300.0,
+    );
+    first.kill();
+    std::fs::remove_dir_all(&config.state_dir).unwrap();
+
+    let second = App::start(&config, dir.path());
+    second.wait_metric_present(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == f64::from(PARTITIONS),
+    );
+    wait_committed_to(
+        &second,
+        &app,
+        &accounts,
+        &producer.ends(&accounts, PARTITIONS),
+        Duration::from_secs(120),
+    );
+    wait_committed_to(
+        &second,
+        &app,
+        &limits,
+        &producer.ends(&limits, PARTITIONS),
+        Duration::from_secs(120),
+    );
+    let log = second.stop();
+    assert!(log.contains("Restore finished"), "no restore in:\n{log}");
+
+    let account_updates = updates_by_key(&accounts);
+    let limit_updates = updates_by_key(&limits);
+    let mut rows: BTreeMap<String, Vec<Option<(Option<u64>, Option<u64>)>>> = BTreeMap::new();
+    for record in read_to_end(&format!("{app}-rows"), Duration::from_secs(60)) {
+        let row = record.payload.as_ref().map(|_| {
+            let value = record.json();
+            (value["account"].as_u64(), value["limit"].as_u64())
+        });
+        rows.entry(record.key.clone().unwrap())
+            .or_default()
+            .push(row);
+    }
+    let none = Vec::new();
+    for n in 0..ACCOUNTS {
+        let key = format!("a{n}");
+        let a = account_updates.get(&key).unwrap_or(&none);
+        let l = limit_updates.get(&key).unwrap_or(&none);
+        let r = rows.get(&key).map_or(&[][..], Vec::as_slice);
+        assert!(
+            !r.is_empty() && explains(a, l, r),
+            "the rows of {key} are not one outer join of its updates, each applied once:\naccounts {a:?}\nlimits {l:?}\nrows {r:?}"
+        );
+    }
+    assert!(read_to_end(&format!("{app}-dlq"), Duration::from_secs(30)).is_empty());
+}
