@@ -273,6 +273,10 @@ impl JoinConfig {
                     "`{left}` is a table and `{right}` a stream: put the stream first (`input: [{right}, {left}]`), it is what joins the table"
                 ),
             )),
+            Sides::TableTable if node.key_by.is_some() => issues.push(Issue::new(
+                &["key_by"],
+                "`key_by` re-keys the stream inputs of a join, and both inputs are tables: a table keeps its key",
+            )),
             Sides::StreamTable | Sides::TableTable => {
                 if sides == Sides::StreamTable && self.how == JoinType::Outer {
                     issues.push(Issue::new(

@@ -438,6 +438,23 @@ fn check_explains_every_misuse_of_the_join_options() {
         ]
     );
     assert!(issues(json!({"how": "outer"}), TABLES).is_empty());
+    let key_by = JsonPointer::parse("/id").unwrap();
+    let inputs = node_inputs(TABLES);
+    let info = NodeInfo {
+        name: "n",
+        key_by: Some(&key_by),
+        max_record_bytes: 1_000_000,
+        inputs: &inputs,
+    };
+    let mut found = Vec::new();
+    config(json!({})).validate(&info, &mut found);
+    assert_eq!(
+        found,
+        [Issue::new(
+            &["key_by"],
+            "`key_by` re-keys the stream inputs of a join, and both inputs are tables: a table keeps its key"
+        )]
+    );
     assert!(issues(json!({"how": "outer", "window": "1m"}), STREAMS).is_empty());
 }
 
