@@ -492,14 +492,14 @@ fn updates_by_key(topic: &str) -> BTreeMap<String, Vec<Option<u64>>> {
         .collect()
 }
 
-/// Whether `rows` (one key's outputs, in order; `None` a tombstone, else
-/// `(account, limit)`) is what an outer join emits for some interleaving
-/// of the key's account and limit updates, each applied once in order.
-fn explains(
-    accounts: &[Option<u64>],
-    limits: &[Option<u64>],
-    rows: &[Option<(Option<u64>, Option<u64>)>],
-) -> bool {
+/// One output row of the table join: `None` a tombstone, else
+/// `(account, limit)`.
+type Row = Option<(Option<u64>, Option<u64>)>;
+
+/// Whether `rows` (one key's outputs, in order) is what an outer join
+/// emits for some interleaving of the key's account and limit updates,
+/// each applied once in order.
+fn explains(accounts: &[Option<u64>], limits: &[Option<u64>], rows: &[Row]) -> bool {
     // Reachable (accounts applied, limits applied, rows matched).
     let mut seen = std::collections::HashSet::new();
     let mut stack = vec![(0usize, 0usize, 0usize)];
@@ -608,7 +608,7 @@ fn a_table_table_outer_join_emits_one_change_per_update_across_a_kill_and_a_wipe
 
     let account_updates = updates_by_key(&accounts);
     let limit_updates = updates_by_key(&limits);
-    let mut rows: BTreeMap<String, Vec<Option<(Option<u64>, Option<u64>)>>> = BTreeMap::new();
+    let mut rows: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for record in read_to_end(&format!("{app}-rows"), Duration::from_secs(60)) {
         let row = record.payload.as_ref().map(|_| {
             let value = record.json();
