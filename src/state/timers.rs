@@ -73,6 +73,12 @@ pub(crate) struct TimerState {
     /// Per clock: a lower bound of the earliest deadline (`None`: unknown,
     /// `Some(Timestamp::MAX)`: no timers).
     next: [Option<Timestamp>; 2],
+    /// Per clock: no timer is due before this (`None`: unknown). Timers
+    /// fired since the last commit stay in the store's pending writes as
+    /// deletions until the commit; `due` starts its scan here instead of
+    /// walking them all again, which made firing a timer per record cost
+    /// a walk over every timer fired since the commit.
+    floor: [Option<Timestamp>; 2],
 }
 
 impl TimerState {
@@ -84,6 +90,7 @@ impl TimerState {
         Ok(TimerState {
             store: state.declare::<()>(store_name)?,
             next: [None, None],
+            floor: [None, None],
         })
     }
 
@@ -91,6 +98,9 @@ impl TimerState {
         state.view(self.store).put(&encode(clock, at, key), ());
         if let Some(next) = &mut self.next[clock.index()] {
             *next = (*next).min(at);
+        }
+        if let Some(floor) = &mut self.floor[clock.index()] {
+            *floor = (*floor).min(at);
         }
     }
 
@@ -112,7 +122,8 @@ impl TimerState {
         if self.next[clock.index()].is_some_and(|next| next > now) {
             return Ok(Vec::new());
         }
-        let from = encode(clock, Timestamp::MIN, b"");
+        let floor = self.floor[clock.index()].unwrap_or(Timestamp::MIN);
+        let from = encode(clock, floor, b"");
         let upto = encode(clock, now.saturating_add(1), b"");
         let mut view = state.view(self.store);
         let entries = view.range(Bound::Included(&from), Bound::Excluded(&upto), limit)?;
@@ -123,6 +134,12 @@ impl TimerState {
                 fired.push(timer);
             }
         }
+        self.floor[clock.index()] = if fired.len() < limit {
+            Some(floor.max(now.saturating_add(1)))
+        } else {
+            // More may be due at the last one's time.
+            fired.last().map(|t| t.at).or(Some(floor))
+        };
         if fired.len() < limit {
             // Everything due is out; learn the next deadline.
             let end = [clock.tag() + 1];
@@ -139,6 +156,7 @@ impl TimerState {
     /// Forgets the cached bound (after an abort dropped pending timers).
     pub(crate) fn reset(&mut self) {
         self.next = [None, None];
+        self.floor = [None, None];
     }
 }
 
@@ -190,6 +208,30 @@ mod tests {
         let due = timers.due(&mut state, Clock::Processing, 200, 10).unwrap();
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].key.as_ref(), b"b");
+    }
+
+    #[test]
+    fn a_timer_set_before_what_already_fired_still_fires() {
+        let (mut state, mut timers) = setup();
+        for (at, key) in [(10, b"a"), (20, b"b"), (20, b"c"), (30, b"d")] {
+            timers.set(&mut state, Clock::Event, at, key);
+        }
+        // Stopped by the limit inside the timers at 20: the rest at 20 next.
+        let fired = timers.due(&mut state, Clock::Event, 25, 2).unwrap();
+        assert_eq!(fired.iter().map(|t| t.at).collect::<Vec<_>>(), [10, 20]);
+        timers.set(&mut state, Clock::Event, 20, b"again");
+        let fired = timers.due(&mut state, Clock::Event, 25, 10).unwrap();
+        assert_eq!(fired.len(), 2, "both left at 20");
+        // Everything up to 25 is out; a timer set back at 5 fires at once.
+        timers.set(&mut state, Clock::Event, 5, b"late");
+        let fired = timers.due(&mut state, Clock::Event, 25, 10).unwrap();
+        assert_eq!(fired.len(), 1);
+        assert_eq!(fired[0].key.as_ref(), b"late");
+        // After a reset (an abort drops the pending deletions, which brings
+        // fired timers back) the scan starts from the beginning again.
+        timers.reset();
+        let fired = timers.due(&mut state, Clock::Event, 40, 10).unwrap();
+        assert_eq!(fired.iter().map(|t| t.at).collect::<Vec<_>>(), [30]);
     }
 
     #[test]
