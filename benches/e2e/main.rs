@@ -10,7 +10,7 @@
 //!                             [--guarantees exactly_once[,at_least_once]]
 //!                             [--commit-intervals D[,D…]] [--quix-commit-interval D]
 //!                             [--threads T[,T…]] [--instances I[,I…]]
-//!                             [--run-args "-X key=value …"]
+//!                             [--run-args "-X key=value …"] [--compare-builds LABEL=PATH[,…]]
 //! ```
 //!
 //! For each workload (`--workloads`; social-metrics by default):
@@ -37,7 +37,9 @@
 //!    run, over the whole topic, streamfold and Kafka Streams at the same
 //!    commit interval (100 ms, or each of `--commit-intervals`): streamfold (`streamfold
 //!    run topologies/<workload>.yaml`, under each of `--guarantees`, with
-//!    `--threads`, `--instances`, `--run-args`); with `--peers
+//!    `--threads`, `--instances`, `--run-args`; and again with each other
+//!    build of `--compare-builds`, a row labelled `[LABEL]`, to compare
+//!    two commits in one run); with `--peers
 //!    kafka-streams`, the Kafka Streams peer (benches/peers/kafka-streams,
 //!    its README says what it does and how it is tuned), exactly_once_v2;
 //!    with `--peers quix`, Quix Streams (`scripts/quix-peer.sh`, which
@@ -186,39 +188,46 @@ type Launcher = Box<dyn Fn(&str) -> Launch>;
 /// per run.
 fn systems(o: &Options, workload: Workload, dir: &Path) -> Vec<(Row, Launcher)> {
     let mut out: Vec<(Row, Launcher)> = Vec::new();
+    // This build first: the ratios are of its first exactly-once row.
+    let builds: Vec<Option<(String, std::path::PathBuf)>> = std::iter::once(None)
+        .chain(o.builds.iter().cloned().map(Some))
+        .collect();
     for interval in &o.commit_intervals {
-        for guarantee in &o.guarantees {
-            for &threads in &o.threads {
-                for &instances in &o.instances {
-                    let exactly_once = guarantee == "exactly_once";
-                    let (guarantee, interval) = (guarantee.clone(), interval.clone());
-                    let run_args = o.run_args.clone();
-                    let dir = dir.to_path_buf();
-                    let launch = move |topic: &str| {
-                        Launch::streamfold(
-                            workload,
-                            topic,
-                            &StreamfoldRun {
-                                guarantee: &guarantee,
-                                commit_interval: interval.as_deref(),
-                                threads,
-                                instances,
-                                run_args: &run_args,
+        for build in &builds {
+            for guarantee in &o.guarantees {
+                for &threads in &o.threads {
+                    for &instances in &o.instances {
+                        let exactly_once = guarantee == "exactly_once";
+                        let (guarantee, interval) = (guarantee.clone(), interval.clone());
+                        let (run_args, build) = (o.run_args.clone(), build.clone());
+                        let dir = dir.to_path_buf();
+                        let launch = move |topic: &str| {
+                            Launch::streamfold(
+                                workload,
+                                topic,
+                                &StreamfoldRun {
+                                    guarantee: &guarantee,
+                                    commit_interval: interval.as_deref(),
+                                    threads,
+                                    instances,
+                                    run_args: &run_args,
+                                    build: build.as_ref().map(|(l, p)| (l.as_str(), p.as_path())),
+                                },
+                                &dir,
+                            )
+                        };
+                        let probe = launch("probe");
+                        out.push((
+                            Row {
+                                label: probe.label.clone(),
+                                kind: Some(Kind::Streamfold),
+                                exactly_once,
+                                several_instances: instances > 1,
+                                ..Row::default()
                             },
-                            &dir,
-                        )
-                    };
-                    let probe = launch("probe");
-                    out.push((
-                        Row {
-                            label: probe.label.clone(),
-                            kind: Some(Kind::Streamfold),
-                            exactly_once,
-                            several_instances: instances > 1,
-                            ..Row::default()
-                        },
-                        Box::new(launch),
-                    ));
+                            Box::new(launch),
+                        ));
+                    }
                 }
             }
         }

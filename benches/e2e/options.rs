@@ -36,6 +36,10 @@ pub struct Options {
     pub instances: Vec<usize>,
     /// Extra arguments of every `streamfold run` (`--run-args`).
     pub run_args: Vec<String>,
+    /// Other builds of streamfold measured beside this one, each as a
+    /// label and its binary (`--compare-builds before=/path/streamfold`):
+    /// the same rows again, interleaved with this build's runs.
+    pub builds: Vec<(String, std::path::PathBuf)>,
     /// streamfold's processing guarantees to measure (the peers always
     /// run exactly-once).
     pub guarantees: Vec<String>,
@@ -91,6 +95,7 @@ pub fn options() -> Options {
             threads: vec![None],
             instances: vec![1],
             run_args: Vec::new(),
+            builds: Vec::new(),
             guarantees: vec!["exactly_once".into(), "at_least_once".into()],
             commit_intervals: vec![None],
             quix_commit_interval: "5s".into(),
@@ -121,6 +126,7 @@ pub fn options() -> Options {
             // Two instances go through the several-instances path.
             instances: vec![1, 2],
             run_args: Vec::new(),
+            builds: Vec::new(),
             guarantees: vec!["exactly_once".into()],
             // And through the commit interval given to every system.
             commit_intervals: vec![Some("100ms".into())],
@@ -213,6 +219,23 @@ pub fn options() -> Options {
             // overrides for an experiment: `--run-args "-X a=b -X c=d"`.
             "--run-args" => {
                 o.run_args = value.split_whitespace().map(String::from).collect();
+            }
+            "--compare-builds" => {
+                o.builds = list(&value)
+                    .iter()
+                    .map(|item| {
+                        let (label, path) = item
+                            .split_once('=')
+                            .expect("--compare-builds LABEL=PATH[,LABEL=PATH…]");
+                        let path = std::path::PathBuf::from(path);
+                        assert!(
+                            path.is_file(),
+                            "--compare-builds: no binary at {}",
+                            path.display()
+                        );
+                        (label.to_string(), path)
+                    })
+                    .collect();
             }
             "--commit-intervals" => {
                 o.commit_intervals = list(&value).into_iter().map(Some).collect();

@@ -208,7 +208,12 @@ pub struct Launch {
 
 #[derive(Clone)]
 enum How {
-    Streamfold { config: AppConfig, instances: usize },
+    Streamfold {
+        config: AppConfig,
+        instances: usize,
+        /// Another build's binary (`--compare-builds`); `None`: this one's.
+        binary: Option<PathBuf>,
+    },
     KafkaStreams(PeerConfig),
     Quix(Vec<String>),
 }
@@ -220,6 +225,8 @@ pub struct StreamfoldRun<'a> {
     pub threads: Option<usize>,
     pub instances: usize,
     pub run_args: &'a [String],
+    /// Another build to run, with its label (`--compare-builds`).
+    pub build: Option<(&'a str, &'a Path)>,
 }
 
 impl Launch {
@@ -256,6 +263,9 @@ impl Launch {
         if let Some(interval) = run.commit_interval {
             label += &format!(", commits every {interval}");
         }
+        if let Some((name, _)) = run.build {
+            label += &format!(" [{name}]");
+        }
         Launch {
             label,
             group: app,
@@ -265,6 +275,7 @@ impl Launch {
             how: How::Streamfold {
                 config,
                 instances: run.instances,
+                binary: run.build.map(|(_, path)| path.to_path_buf()),
             },
         }
     }
@@ -341,13 +352,20 @@ impl Launch {
     /// Starts the application's processes.
     pub fn start(&self, dir: &Path) -> Box<dyn Running> {
         match &self.how {
-            How::Streamfold { config, instances } => Box::new(Instances(
+            How::Streamfold {
+                config,
+                instances,
+                binary,
+            } => Box::new(Instances(
                 (0..*instances)
                     .map(|i| {
                         let mut config = config.clone();
                         config.instance = format!("bench-{i}");
                         config.state_dir = self.state_dir.join(&config.instance);
-                        App::start(&config, dir)
+                        match binary {
+                            Some(binary) => App::start_binary(binary, &config, dir),
+                            None => App::start(&config, dir),
+                        }
                     })
                     .collect(),
             )),

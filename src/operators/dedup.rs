@@ -56,7 +56,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::keyed::{OnReject, ago, id_bytes, topic_fingerprint};
-use super::{Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
+use super::{BuiltOperator, Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
 use crate::record::{Record, Timestamp, key_text};
 use crate::state::timers::{Clock, Timer};
@@ -132,8 +132,8 @@ impl OperatorSpec for DedupConfig {
         &self,
         node: &NodeInfo<'_>,
         state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError> {
-        Ok(Box::new(Dedup {
+    ) -> Result<BuiltOperator, StateError> {
+        Ok(BuiltOperator::whole(Dedup {
             seen: state.declare(&node.store_name("seen"))?,
             id: match (&self.id_field, &self.id_header) {
                 (_, Some(header)) => IdSource::Header(header.clone()),

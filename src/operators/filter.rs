@@ -28,7 +28,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::expr::{Bindings, Expression, Program, check, compile_for_build};
-use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use super::{BuiltOperator, Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::record::Record;
 use crate::state::{StateError, StateSet};
 use crate::telemetry::NodeCounter;
@@ -57,8 +57,8 @@ impl OperatorSpec for FilterConfig {
         &self,
         _node: &NodeInfo<'_>,
         _state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError> {
-        Ok(Box::new(Filter {
+    ) -> Result<BuiltOperator, StateError> {
+        Ok(BuiltOperator::whole(Filter {
             condition: compile_for_build(&self.condition, &[], "condition")?,
         }))
     }

@@ -86,7 +86,10 @@ use smallvec::SmallVec;
 
 use super::merge::{Acc, check, contribution, json_len, str_len};
 use super::merge::{FieldRule, MergeRule};
-use super::{Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
+use super::{
+    BuiltOperator, Context, FieldwiseOperator, Issue, NodeInfo, NodeInput, OpError, Operator,
+    OperatorSpec,
+};
 use crate::config::types::{HumanDuration, JsonPointer};
 use crate::record::json::rfc3339_millis;
 use crate::record::{Record, Timestamp, key_text};
@@ -261,10 +264,10 @@ impl OperatorSpec for FoldConfig {
         &self,
         node: &NodeInfo<'_>,
         state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError> {
+    ) -> Result<BuiltOperator, StateError> {
         let key_field = self.key_field(node);
         let names_bytes = names_bytes(&key_field, self.fields.keys());
-        Ok(Box::new(Fold {
+        Ok(BuiltOperator::Fieldwise(Box::new(Fold {
             open: state.declare(&node.store_name("open"))?,
             key_field,
             names_bytes,
@@ -284,7 +287,7 @@ impl OperatorSpec for FoldConfig {
                 .values()
                 .filter_map(|rule| rule.from.clone())
                 .collect(),
-        }))
+        })))
     }
 }
 
@@ -394,14 +397,14 @@ struct Fold {
     clock: Clock,
     timed: bool,
     /// The `from` pointers of the fields that have one, in field order:
-    /// all the fold reads of an event's value ([`Operator::reads`]).
+    /// all the fold reads of an event's value ([`FieldwiseOperator::reads`]).
     reads: Vec<JsonPointer>,
 }
 
 impl Fold {
     /// One event, as its key, its timestamp and what each field takes
     /// from it ([`contribution`]): shared by [`Operator::process`] and
-    /// [`Operator::process_fields`], so the two cannot differ.
+    /// [`FieldwiseOperator::process_fields`], so the two cannot differ.
     fn fold_event(
         &mut self,
         key: Option<&[u8]>,
@@ -643,31 +646,6 @@ impl Operator for Fold {
         self.fold_event(record.key.as_deref(), record.timestamp, &values, ctx)
     }
 
-    fn reads(&self) -> Option<&[JsonPointer]> {
-        Some(&self.reads)
-    }
-
-    fn process_fields(
-        &mut self,
-        key: Option<&[u8]>,
-        timestamp: Timestamp,
-        fields: &[Option<&Value>],
-        ctx: &mut Context<'_>,
-    ) -> Result<(), OpError> {
-        let mut read = fields.iter();
-        let values: SmallVec<[Option<&Value>; 8]> = self
-            .fields
-            .iter()
-            .map(|(_, rule)| {
-                let value = match rule.from {
-                    Some(_) => read.next().copied().flatten(),
-                    None => None,
-                };
-                contribution(rule, value)
-            })
-            .collect();
-        self.fold_event(key, timestamp, &values, ctx)
-    }
     fn on_timer(&mut self, timer: Timer, ctx: &mut Context<'_>) -> Result<(), OpError> {
         let now = ctx.now(self.clock);
         let mut store = ctx.store(self.open);
@@ -694,6 +672,34 @@ impl Operator for Fold {
             ctx.set_timer(self.clock, deadline, &timer.key)?;
         }
         Ok(())
+    }
+}
+
+impl FieldwiseOperator for Fold {
+    fn reads(&self) -> &[JsonPointer] {
+        &self.reads
+    }
+
+    fn process_fields(
+        &mut self,
+        key: Option<&[u8]>,
+        timestamp: Timestamp,
+        fields: &[Option<&Value>],
+        ctx: &mut Context<'_>,
+    ) -> Result<(), OpError> {
+        let mut read = fields.iter();
+        let values: SmallVec<[Option<&Value>; 8]> = self
+            .fields
+            .iter()
+            .map(|(_, rule)| {
+                let value = match rule.from {
+                    Some(_) => read.next().copied().flatten(),
+                    None => None,
+                };
+                contribution(rule, value)
+            })
+            .collect();
+        self.fold_event(key, timestamp, &values, ctx)
     }
 }
 

@@ -32,7 +32,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::expr::{Bindings, Expression, Program, check, compile_for_build};
-use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use super::{BuiltOperator, Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::record::Record;
 use crate::state::{StateError, StateSet};
 use crate::telemetry::NodeCounter;
@@ -70,8 +70,8 @@ impl OperatorSpec for MapConfig {
         &self,
         _node: &NodeInfo<'_>,
         _state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError> {
-        Ok(Box::new(Map {
+    ) -> Result<BuiltOperator, StateError> {
+        Ok(BuiltOperator::whole(Map {
             expression: compile_for_build(&self.expression, &[], "expression")?,
             max_outputs: self.max_outputs.get(),
         }))

@@ -185,34 +185,73 @@ pub(crate) trait Operator: Send {
     /// One record, in offset order within the task.
     fn process(&mut self, record: Record, ctx: &mut Context<'_>) -> Result<(), OpError>;
 
-    /// The JSON pointers whose values are all this operator reads of a
-    /// record's value, when it reads nothing else of the record but its
-    /// key and timestamp (no headers). A task then need not decode the
-    /// whole value: it hands the operator those values
-    /// ([`Operator::process_fields`]). `None`: the operator takes whole
-    /// records.
-    fn reads(&self) -> Option<&[JsonPointer]> {
-        None
-    }
-
-    /// One record, as [`Operator::process`] would take it, given as its key,
-    /// its timestamp and the values at [`Operator::reads`]' pointers, in
-    /// that order (`None`: absent). Called only when `reads` is `Some`,
-    /// and must do exactly what `process` does with the whole record.
-    fn process_fields(
-        &mut self,
-        _key: Option<&[u8]>,
-        _timestamp: Timestamp,
-        _fields: &[Option<&Value>],
-        _ctx: &mut Context<'_>,
-    ) -> Result<(), OpError> {
-        Err(OpError::Internal(
-            "this operator takes whole records, not fields".into(),
-        ))
-    }
-
     /// A timer this operator set came due.
     fn on_timer(&mut self, _timer: Timer, _ctx: &mut Context<'_>) -> Result<(), OpError> {
         Ok(())
+    }
+}
+
+/// A capability an operator may declare when it is built
+/// ([`BuiltOperator::Fieldwise`]): it reads nothing of a record but its
+/// key, its timestamp and the values at a few JSON pointers (no headers),
+/// so a task need not decode a whole value for it: one pass over the bytes
+/// builds just those values ([`crate::record::json::Projection`]), which
+/// [`FieldwiseOperator::process_fields`] takes.
+pub(crate) trait FieldwiseOperator: Operator {
+    /// The JSON pointers whose values are all this operator reads of a
+    /// record's value.
+    fn reads(&self) -> &[JsonPointer];
+
+    /// One record, as [`Operator::process`] would take it, given as its
+    /// key, its timestamp and the values at [`FieldwiseOperator::reads`]'
+    /// pointers, in that order (`None`: absent). Must do exactly what
+    /// `process` does with the whole record.
+    fn process_fields(
+        &mut self,
+        key: Option<&[u8]>,
+        timestamp: Timestamp,
+        fields: &[Option<&Value>],
+        ctx: &mut Context<'_>,
+    ) -> Result<(), OpError>;
+}
+
+/// An operator as [`OperatorSpec::build`] makes it, with the ways it takes
+/// records.
+pub(crate) enum BuiltOperator {
+    /// Takes whole records.
+    Whole(Box<dyn Operator>),
+    /// Takes whole records, or a record as the fields it reads.
+    Fieldwise(Box<dyn FieldwiseOperator>),
+}
+
+impl BuiltOperator {
+    /// An operator that takes whole records.
+    pub(crate) fn whole(operator: impl Operator + 'static) -> BuiltOperator {
+        BuiltOperator::Whole(Box::new(operator))
+    }
+
+    /// The operator, for whole records and timers.
+    pub(crate) fn operator(&mut self) -> &mut dyn Operator {
+        match self {
+            BuiltOperator::Whole(operator) => operator.as_mut(),
+            BuiltOperator::Fieldwise(operator) => operator.as_mut(),
+        }
+    }
+
+    /// The operator's field-at-a-time way, if it declared one.
+    pub(crate) fn fieldwise(&mut self) -> Option<&mut dyn FieldwiseOperator> {
+        match self {
+            BuiltOperator::Whole(_) => None,
+            BuiltOperator::Fieldwise(operator) => Some(operator.as_mut()),
+        }
+    }
+
+    /// The pointers a fieldwise operator reads; `None` for one that takes
+    /// whole records only.
+    pub(crate) fn reads(&self) -> Option<&[JsonPointer]> {
+        match self {
+            BuiltOperator::Whole(_) => None,
+            BuiltOperator::Fieldwise(operator) => Some(operator.reads()),
+        }
     }
 }

@@ -58,7 +58,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::keyed::{OnReject, describe, legal_name, read_order};
-use super::{Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
+use super::{BuiltOperator, Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
 use crate::config::types::JsonPointer;
 use crate::record::json::canonical_cmp;
 use crate::record::{Record, key_text};
@@ -142,8 +142,8 @@ impl OperatorSpec for OrderedConfig {
         &self,
         node: &NodeInfo<'_>,
         state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError> {
-        Ok(Box::new(Ordered {
+    ) -> Result<BuiltOperator, StateError> {
+        Ok(BuiltOperator::whole(Ordered {
             latest: state.declare(&node.store_name("latest"))?,
             order_by: self.order_by.clone(),
             tie_break: self.tie_break.clone(),

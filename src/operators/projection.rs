@@ -91,7 +91,7 @@ use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::keyed::{
     OnReject, entity_prefix, id_bytes, legal_name, ordered_i64, read_order, required,
 };
-use super::{Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
+use super::{BuiltOperator, Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
 use crate::config::types::JsonPointer;
 use crate::record::json::type_name;
 use crate::record::{Record, Timestamp, key_text};
@@ -234,7 +234,7 @@ impl OperatorSpec for ProjectionConfig {
         &self,
         node: &NodeInfo<'_>,
         state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError> {
+    ) -> Result<BuiltOperator, StateError> {
         let mut rules = IndexMap::with_capacity(self.rules.len());
         for (name, rule) in &self.rules {
             rules.insert(
@@ -246,7 +246,7 @@ impl OperatorSpec for ProjectionConfig {
         // per event and read back only for a duplicate or a late event:
         // caching them would make every commit walk the whole history
         // cached so far.
-        Ok(Box::new(Projection {
+        Ok(BuiltOperator::whole(Projection {
             entities: state.declare(&node.store_name("entities"))?,
             events: state.declare_uncached(&node.store_name("events"))?,
             ids: state.declare_uncached(&node.store_name("ids"))?,

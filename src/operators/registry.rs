@@ -24,7 +24,7 @@ use crate::config::yaml::Node as YamlNode;
 use crate::state::{StateError, StateSet, StoreDef};
 use crate::telemetry::{NodeCounter, NodeGauge};
 
-use super::Operator;
+use super::BuiltOperator;
 
 /// Declares [`NodeKind`] with everything derived from the list: one entry
 /// per operator,
@@ -212,11 +212,8 @@ pub(crate) trait OperatorSpec {
     fn validate(&self, node: &NodeInfo<'_>, issues: &mut Vec<Issue>);
 
     /// Makes the operator for one task, declaring its stores in `state`.
-    fn build(
-        &self,
-        node: &NodeInfo<'_>,
-        state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError>;
+    fn build(&self, node: &NodeInfo<'_>, state: &mut StateSet)
+    -> Result<BuiltOperator, StateError>;
 }
 
 /// What an operator may know about the node it runs as.

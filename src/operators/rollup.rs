@@ -95,7 +95,7 @@ use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::keyed::{
     OnReject, ago, entity_prefix, from_ordered_i64, id_bytes, legal_name, ordered_i64, required,
 };
-use super::{Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
+use super::{BuiltOperator, Context, Issue, NodeInfo, NodeInput, OpError, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
 use crate::record::json::{rfc3339_millis, type_name};
 use crate::record::{Record, Timestamp, key_text};
@@ -216,8 +216,8 @@ impl OperatorSpec for RollupConfig {
         &self,
         node: &NodeInfo<'_>,
         state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError> {
-        Ok(Box::new(Rollup {
+    ) -> Result<BuiltOperator, StateError> {
+        Ok(BuiltOperator::whole(Rollup {
             checkpoints: state.declare(&node.store_name("checkpoints"))?,
             events: state.declare(&node.store_name("events"))?,
             queue: state.declare(&node.store_name("queue"))?,

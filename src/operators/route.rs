@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use super::expr::{Bindings, Expression, Program, check, compile_for_build};
 use super::keyed::legal_name;
-use super::{Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
+use super::{BuiltOperator, Context, Issue, NodeInfo, OpError, Operator, OperatorSpec};
 use crate::record::Record;
 use crate::state::{StateError, StateSet};
 use crate::telemetry::NodeCounter;
@@ -92,7 +92,7 @@ impl OperatorSpec for RouteConfig {
         &self,
         _node: &NodeInfo<'_>,
         _state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError> {
+    ) -> Result<BuiltOperator, StateError> {
         let mut routes = Vec::with_capacity(self.routes.len());
         for (name, condition) in &self.routes {
             routes.push((
@@ -100,7 +100,7 @@ impl OperatorSpec for RouteConfig {
                 compile_for_build(condition, &[], &format!("routes.{name}"))?,
             ));
         }
-        Ok(Box::new(Route {
+        Ok(BuiltOperator::whole(Route {
             routes,
             first_match: self.first_match,
         }))

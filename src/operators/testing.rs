@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::{Clocks, Context, Emit, NodeInfo, NodeInput, NodeKind, OpError, Operator};
+use super::{BuiltOperator, Clocks, Context, Emit, NodeInfo, NodeInput, NodeKind, OpError};
 use crate::config::types::JsonPointer;
 use crate::record::{Origin, Record, Timestamp};
 use crate::state::memory::MemoryBackend;
@@ -20,7 +20,7 @@ pub(crate) struct Harness {
     inputs: Vec<NodeInput>,
     pub(crate) state: StateSet,
     timers: Option<TimerState>,
-    operator: Box<dyn Operator>,
+    operator: BuiltOperator,
     pub(crate) stats: NodeStats,
     pub(crate) clocks: Clocks,
     next_offset: i64,
@@ -90,7 +90,7 @@ impl Harness {
             input: 0,
             origin: None,
         };
-        harness.operator.count_gauges(&mut ctx).unwrap();
+        harness.operator.operator().count_gauges(&mut ctx).unwrap();
         harness
     }
 
@@ -119,7 +119,7 @@ impl Harness {
             input: 0,
             origin: None,
         };
-        self.operator.count_gauges(&mut ctx).unwrap();
+        self.operator.operator().count_gauges(&mut ctx).unwrap();
     }
 
     /// Feeds `record` as read at the next offset of [`TOPIC`].
@@ -156,7 +156,7 @@ impl Harness {
                 input,
                 origin: Some(&origin),
             };
-            self.operator.process(record, &mut ctx)
+            self.operator.operator().process(record, &mut ctx)
         };
         self.commit();
         result.map(|()| out)
@@ -184,7 +184,7 @@ impl Harness {
                     input: 0,
                     origin: None,
                 };
-                self.operator.on_timer(timer, &mut ctx)?;
+                self.operator.operator().on_timer(timer, &mut ctx)?;
             }
         }
         self.commit();

@@ -32,7 +32,7 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<T> 
 
 /// The values at some JSON pointers of a record, read without building the
 /// rest of it: what a task reads when its operator reads only some fields
-/// of a value (`Operator::reads`). The record is parsed in one pass, by
+/// of a value (`FieldwiseOperator::reads`). The record is parsed in one pass, by
 /// serde_json's own parser and with its recursion limit, so it is read as
 /// JSON exactly when [`decode`] reads it; only the values at the pointers
 /// become [`Value`]s. Each is what [`JsonPointer::get`] finds in the

@@ -18,7 +18,7 @@ use super::fetch::Fetched;
 use super::{RuntimeError, wire};
 use crate::formats::Codecs;
 use crate::record::Timestamp;
-use crate::task::{Output, Task};
+use crate::task::{Output, Task, repartition};
 
 /// Messages taken from the consumer at once: the tasks among them run
 /// side by side.
@@ -157,8 +157,7 @@ pub(super) fn handle(
                 result
             }
             InputKind::Repartition { node } => {
-                let read =
-                    wire::read_repartitioned(message.key(), message.payload(), timestamp, &headers);
+                let read = repartition::read(message.key(), message.payload(), timestamp, &headers);
                 match read.record {
                     Ok(record) => records.process_repartitioned(
                         *node,

@@ -8,9 +8,10 @@ use std::borrow::Cow;
 use serde_json::Value;
 use smallvec::SmallVec;
 
-use super::partitioner::partition_for;
-use super::{Output, Routing, TIMERS_PER_RECORD, Task, TaskError, key_bytes};
+use super::routing::{Rekeyed, rekey};
+use super::{Output, TIMERS_PER_RECORD, Task, TaskError};
 use crate::formats::Codecs;
+use crate::operators::OpError;
 use crate::record::json::{self};
 use crate::record::{Origin, Timestamp};
 use crate::state::timers::Clock;
@@ -26,7 +27,7 @@ pub(super) enum FieldsRead {
 
 /// A source whose records may be read a field at a time: the node and
 /// input they go to, that node being its only target and reading only
-/// some fields of a value ([`crate::operators::Operator::reads`]).
+/// some fields of a value ([`crate::operators::FieldwiseOperator`]).
 pub(super) struct FieldwiseSource {
     pub(super) node: usize,
     pub(super) input: usize,
@@ -100,19 +101,13 @@ impl Task {
         // its key, or bound for another partition's task, is taken whole:
         // parsed again.
         if path.keyed {
-            match values[projection.slot(0)].as_ref().filter(|v| !v.is_null()) {
-                Some(Value::String(text)) if key.as_deref() == Some(text.as_bytes()) => {}
-                Some(value) => key = Some(Cow::Owned(key_bytes(value).into())),
-                None => return Ok(FieldsRead::Whole),
+            match rekey(key.as_deref(), values[projection.slot(0)].as_ref()) {
+                Rekeyed::Kept => {}
+                Rekeyed::New(new) => key = Some(Cow::Owned(new.into())),
+                Rekeyed::Missing => return Ok(FieldsRead::Whole),
             }
-            if let (
-                Routing::Partitioned {
-                    partition,
-                    partitions,
-                },
-                Some(key),
-            ) = (self.routing, &key)
-                && partition_for(key, partitions) != partition
+            if let Some(key) = &key
+                && !self.routing.is_here(key)
             {
                 self.note_elsewhere(source, true);
                 return Ok(FieldsRead::Whole);
@@ -128,7 +123,17 @@ impl Task {
         self.advance_event_time(timestamp);
         self.last_record = Some((self.clocks.processing, self.clocks.event));
         self.run_operator(topology, node, input, Some(origin), out, |operator, ctx| {
-            operator.process_fields(key.as_deref(), timestamp, &fields, ctx)
+            match operator.fieldwise() {
+                Some(fieldwise) => {
+                    fieldwise.process_fields(key.as_deref(), timestamp, &fields, ctx)
+                }
+                // A source is read a field at a time only for a node that
+                // declared the way (`Task::new`).
+                None => Err(OpError::Internal(
+                    "a record was read a field at a time for an operator that takes whole records"
+                        .into(),
+                )),
+            }
         })?;
         self.fire_timers(Clock::Event, out, TIMERS_PER_RECORD)?;
         #[cfg(test)]

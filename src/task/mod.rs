@@ -7,29 +7,31 @@
 //! Kafka runtime and the offline test driver both drive tasks, so an
 //! operator behaves the same in `streamfold test` and in production.
 //!
-//! Below it sit the partitioner ([`partitioner`], Kafka's murmur2, for
-//! `key_by` and queries) and record size limits with the dead-letter cut
-//! ([`limits`]), which both drivers apply.
+//! Beside it: where a `key_by` node's records go ([`routing`]; the
+//! partitioner, Kafka's murmur2, in [`partitioner`], for `key_by` and
+//! queries), the repartition format ([`repartition`]), and the one path
+//! from outputs to the wire that both drivers take ([`output`]: encode,
+//! size check against [`limits`], dead letter).
 
 mod dead_letter;
 mod fields;
 pub(crate) mod limits;
+pub(crate) mod output;
 pub(crate) mod partitioner;
 mod records;
+pub(crate) mod repartition;
+mod routing;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use serde::{Deserialize, Serialize};
 
-use self::partitioner::partition_for;
 use crate::config::types::JsonPointer;
 use crate::formats::CodecError;
-use crate::operators::{Clocks, Context, Emit, OpError, Operator};
+use crate::operators::{BuiltOperator, Clocks, Context, Emit, OpError};
 use crate::record::json::{self, parse_timestamp};
 use crate::record::{ErrorClass, Origin, Record, Timestamp};
 use crate::state::timers::{Clock, TimerState};
@@ -42,6 +44,9 @@ pub use dead_letter::DeadLetter;
 pub(crate) use dead_letter::{DeadLetterAt, dead_letter, dlq_headers, sink_dead_letter};
 use fields::FieldwiseSource;
 pub use records::Records;
+pub(crate) use repartition::Upstream;
+pub use routing::Routing;
+use routing::{Rekeyed, rekey};
 
 /// Timers read from a store at a time.
 const TIMER_BATCH: usize = 1024;
@@ -89,33 +94,12 @@ pub enum TaskError {
 }
 
 struct NodeRuntime {
-    operator: Box<dyn Operator>,
+    operator: BuiltOperator,
     timers: Option<TimerState>,
     /// For `key_by` nodes: the highest upstream offset seen per source
     /// partition.
     seen: Option<StoreHandle<Seen>>,
     stats: NodeStats,
-}
-
-/// How `key_by` nodes get their records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Routing {
-    /// Straight to the node (the offline driver: one task holds every key).
-    Direct,
-    /// Through the node's repartition topic, unless the record is already
-    /// on the partition its new key hashes to: this task's `partition` of
-    /// `partitions`.
-    Partitioned { partition: i32, partitions: i32 },
-}
-
-/// Where a repartition record came from: the source partition (as
-/// `topic/partition`), its offset, and its index among the records that
-/// offset produced for the node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Upstream {
-    pub(crate) source: String,
-    pub(crate) offset: i64,
-    pub(crate) seq: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,7 +255,7 @@ impl Task {
                     input: 0,
                     origin: None,
                 };
-                node.operator.count_gauges(&mut ctx)
+                node.operator.operator().count_gauges(&mut ctx)
             };
             if let Err(e) = result {
                 return Err(TaskError::Operator {
@@ -563,7 +547,7 @@ impl Task {
                             input: 0,
                             origin: None,
                         };
-                        node.operator.on_timer(timer, &mut ctx)
+                        node.operator.operator().on_timer(timer, &mut ctx)
                     };
                     let topology = topology
                         .get_or_insert_with(|| Arc::clone(&self.topology))
@@ -609,19 +593,16 @@ impl Task {
             Target::Node { node, input } => {
                 let def = &topology.nodes[node];
                 // A table keeps its own key: `key_by` re-keys streams.
-                let rekey = def
+                let key_by = def
                     .common
                     .key_by
                     .as_ref()
                     .filter(|_| !def.input_info[input].table);
-                if let Some(pointer) = rekey {
-                    match pointer.get(&record.value).filter(|v| !v.is_null()) {
-                        // Producers mostly key a record by the field it is
-                        // grouped by: then its key stays, not reallocated.
-                        Some(Value::String(key))
-                            if record.key.as_deref() == Some(key.as_bytes()) => {}
-                        Some(key) => record.key = Some(key_bytes(key)),
-                        None => {
+                if let Some(pointer) = key_by {
+                    match rekey(record.key.as_deref(), pointer.get(&record.value)) {
+                        Rekeyed::Kept => {}
+                        Rekeyed::New(key) => record.key = Some(key),
+                        Rekeyed::Missing => {
                             let code = DeadLetterReason::MissingKeyField;
                             self.nodes[node].stats.dead_letter(code);
                             let reason = format!("key field {pointer} is missing or null");
@@ -631,14 +612,8 @@ impl Task {
                             return Ok(());
                         }
                     }
-                    if let (
-                        Routing::Partitioned {
-                            partition,
-                            partitions,
-                        },
-                        Some(key),
-                    ) = (self.routing, &record.key)
-                        && partition_for(key, partitions) != partition
+                    if let Some(key) = &record.key
+                        && !self.routing.is_here(key)
                     {
                         out.push(Output::Repartition {
                             node,
@@ -663,12 +638,13 @@ impl Task {
         out: &mut Vec<Output>,
     ) -> Result<(), TaskError> {
         self.run_operator(topology, index, input, origin, out, |operator, ctx| {
-            operator.process(record, ctx)
+            operator.operator().process(record, ctx)
         })
     }
 
     /// Node `index` takes one record from its `input`-th input, by `take`
-    /// ([`Operator::process`] or [`Operator::process_fields`]).
+    /// ([`crate::operators::Operator::process`] or
+    /// [`crate::operators::FieldwiseOperator::process_fields`]).
     fn run_operator(
         &mut self,
         topology: &Topology,
@@ -676,7 +652,7 @@ impl Task {
         input: usize,
         origin: Option<&Origin<'_>>,
         out: &mut Vec<Output>,
-        take: impl FnOnce(&mut dyn Operator, &mut Context<'_>) -> Result<(), OpError>,
+        take: impl FnOnce(&mut BuiltOperator, &mut Context<'_>) -> Result<(), OpError>,
     ) -> Result<(), TaskError> {
         let mut emitted = Vec::new();
         let result = {
@@ -691,7 +667,7 @@ impl Task {
                 input,
                 origin,
             };
-            take(node.operator.as_mut(), &mut ctx)
+            take(&mut node.operator, &mut ctx)
         };
         self.after_operator(topology, index, result, origin, emitted, out)
     }
@@ -740,15 +716,6 @@ impl Task {
             self.deliver(topology, targets, record, origin, out)?;
         }
         Ok(())
-    }
-}
-
-/// The bytes of a key read from a value: strings as their text, anything
-/// else as compact JSON.
-pub(crate) fn key_bytes(value: &Value) -> Box<[u8]> {
-    match value {
-        Value::String(s) => s.as_bytes().into(),
-        other => crate::record::json::encode(other).into_boxed_slice(),
     }
 }
 

@@ -40,7 +40,7 @@ impl Records<'_> {
     /// offline driver call.
     ///
     /// A plain JSON record whose source feeds a single operator that reads
-    /// only some fields of a value ([`crate::operators::Operator::reads`]) is not decoded
+    /// only some fields of a value ([`crate::operators::FieldwiseOperator`]) is not decoded
     /// whole: one pass over it builds only the fields the operator reads
     /// and its `key_by` field ([`crate::record::json::Projection`]; BENCHMARKS.md, "Only
     /// the fields an operator reads"). A record that way cannot take

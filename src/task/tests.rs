@@ -1,4 +1,5 @@
 use super::fields::{ELSEWHERE_LIMIT, ELSEWHERE_PROBE};
+use super::partitioner::partition_for;
 use super::*;
 use crate::formats::Codecs;
 use crate::state::memory::MemoryBackend;

@@ -47,8 +47,9 @@ use crate::record::{Origin, Timestamp};
 use crate::state::StateError;
 use crate::state::memory::MemoryBackend;
 use crate::task::limits::{Limits, record_size};
-use crate::task::{DeadLetterAt, Output, Routing, Task, TaskError, sink_dead_letter};
-use crate::telemetry::{DeadLetterReason, NodeCounter, NodeStats};
+use crate::task::output::{Outlet, Refusal, Writer, Written};
+use crate::task::{DeadLetter, DeadLetterAt, Output, Routing, Task, TaskError};
+use crate::telemetry::{NodeCounter, NodeStats};
 use crate::topology::Topology;
 
 /// Where the virtual clock starts: 2025-01-01T00:00:00Z.
@@ -584,88 +585,98 @@ impl Driver {
         Ok(())
     }
 
+    /// What the task emitted, through the one output path `run` takes
+    /// ([`Writer::write`]), as a consumer of each topic would read it.
     fn collect(&mut self, outputs: Vec<Output>, origin: Option<&Origin<'_>>) {
-        for output in outputs {
-            match output {
-                Output::Sink { sink, record } => {
-                    let def = &self.topology.sinks[sink];
-                    let topic = def.config.topic.clone();
-                    // Through the wire format and back, as a consumer sees
-                    // it; a record that cannot be written, or is too large
-                    // for its topic, is a dead letter as in `run` (the
-                    // topic limits `run` reads from the broker are not
-                    // known here; the producer's applies).
-                    let written = self
-                        .codecs
-                        .encode_record(sink, &record)
-                        .map_err(|reason| (DeadLetterReason::Unencodable, reason))
-                        .and_then(|wire| {
-                            let size = record_size(
-                                wire.key.as_deref(),
-                                wire.payload.as_deref(),
-                                &record.headers,
-                            );
-                            match self.limits.check(&topic, size) {
-                                Ok(()) => Ok(wire),
-                                Err(too_large) => Err((
-                                    DeadLetterReason::TooLarge,
-                                    too_large.reason(&format!("the record of sink `{}`", def.name)),
-                                )),
-                            }
-                        });
-                    let wire = match written {
-                        Ok(wire) => wire,
-                        Err((code, reason)) => {
-                            self.task.count_dead_letter(DeadLetterAt::Sink(sink), code);
-                            let letter =
-                                sink_dead_letter(origin, &def.name, code, &reason, &record);
-                            self.collect(vec![Output::DeadLetter(letter)], origin);
-                            continue;
-                        }
-                    };
-                    let value = match &wire.payload {
-                        // A tombstone: no payload on the wire.
-                        None => Ok(Value::Null),
-                        Some(bytes) => self
-                            .codecs
-                            .decode_as_consumer(sink, bytes)
-                            .map_err(|_| String::from_utf8_lossy(bytes).into_owned()),
-                    };
-                    self.received.entry(topic).or_default().push(Received {
-                        key: record.key.as_deref().map(crate::record::key_text),
-                        value,
-                        headers: text_headers(&record.headers),
-                        timestamp: Some(record.timestamp),
-                    });
-                }
-                Output::DeadLetter(mut letter) => {
-                    let topic = &self.topology.dead_letter_topic;
-                    self.limits.fit_dead_letter(
-                        topic,
-                        &mut letter.key,
-                        &mut letter.payload,
-                        &mut letter.headers,
-                    );
-                    let value = match &letter.payload {
-                        Some(bytes) => json::decode(bytes)
-                            .map_err(|_| String::from_utf8_lossy(bytes).into_owned()),
-                        None => Ok(Value::Null),
-                    };
-                    self.received
-                        .entry(self.topology.dead_letter_topic.clone())
-                        .or_default()
-                        .push(Received {
-                            key: letter.key.as_deref().map(crate::record::key_text),
-                            value,
-                            headers: text_headers(&letter.headers),
-                            timestamp: None,
-                        });
-                }
-                // The driver runs with `repartition: false`: re-keyed
-                // records go straight to their node.
-                Output::Repartition { .. } => {}
+        let writer = Writer {
+            topology: &self.topology,
+            codecs: &self.codecs,
+            partitions: 1,
+        };
+        let mut outlet = Collected {
+            topology: &self.topology,
+            codecs: &self.codecs,
+            limits: &self.limits,
+            received: &mut self.received,
+        };
+        let Ok(()) = writer.write(&mut self.task, outputs.into_iter(), origin, &mut outlet);
+    }
+}
+
+/// The topics of a case, as where a task's outputs go: each record through
+/// the wire format and back, as a consumer sees it.
+struct Collected<'a> {
+    topology: &'a Topology,
+    codecs: &'a Codecs,
+    limits: &'a Limits,
+    received: &'a mut BTreeMap<String, Vec<Received>>,
+}
+
+impl Outlet for Collected<'_> {
+    type Error = std::convert::Infallible;
+
+    /// The producer's size limit (the topic limits `run` reads from the
+    /// broker are not known here).
+    fn check(&mut self, record: &Written<'_>) -> Result<(), Refusal> {
+        let size = record_size(record.key, record.payload, record.headers);
+        self.limits
+            .check(record.topic, size)
+            .map_err(Refusal::TooLarge)
+    }
+
+    fn send(&mut self, record: Written<'_>) -> Result<(), Self::Error> {
+        // The driver runs with `Routing::Direct`: re-keyed records go
+        // straight to their node, and only sinks are written.
+        let DeadLetterAt::Sink(sink) = record.at else {
+            return Ok(());
+        };
+        let value = match record.payload {
+            // A tombstone: no payload on the wire.
+            None => Ok(Value::Null),
+            Some(bytes) => self
+                .codecs
+                .decode_as_consumer(sink, bytes)
+                .map_err(|_| String::from_utf8_lossy(bytes).into_owned()),
+        };
+        self.received
+            .entry(record.topic.to_string())
+            .or_default()
+            .push(Received {
+                // As the task emitted it, which a consumer reading it with
+                // the sink's key format sees.
+                key: record.record.key.as_deref().map(crate::record::key_text),
+                value,
+                headers: text_headers(record.headers),
+                timestamp: Some(record.timestamp),
+            });
+        Ok(())
+    }
+
+    fn send_dead_letter(&mut self, letter: &DeadLetter) -> Result<(), Self::Error> {
+        let topic = &self.topology.dead_letter_topic;
+        let mut letter = letter.clone();
+        self.limits.fit_dead_letter(
+            topic,
+            &mut letter.key,
+            &mut letter.payload,
+            &mut letter.headers,
+        );
+        let value = match &letter.payload {
+            Some(bytes) => {
+                json::decode(bytes).map_err(|_| String::from_utf8_lossy(bytes).into_owned())
             }
-        }
+            None => Ok(Value::Null),
+        };
+        self.received
+            .entry(topic.clone())
+            .or_default()
+            .push(Received {
+                key: letter.key.as_deref().map(crate::record::key_text),
+                value,
+                headers: text_headers(&letter.headers),
+                timestamp: None,
+            });
+        Ok(())
     }
 }
 

@@ -72,9 +72,26 @@ impl App {
         App::start_in(bootstrap, config, log_dir, None)
     }
 
+    /// [`App::start`] of the streamfold binary at `binary` (another build,
+    /// for a comparison).
+    #[allow(dead_code)] // the benchmarks' comparison of builds
+    pub fn start_binary(binary: &Path, config: &AppConfig, log_dir: &Path) -> App {
+        App::start_with(binary, &broker().bootstrap, config, log_dir, None)
+    }
+
     /// [`App::start_on`], inside the network namespace `netns` when given
     /// (see [`Netns::cut`]).
     pub fn start_in(
+        bootstrap: &str,
+        config: &AppConfig,
+        log_dir: &Path,
+        netns: Option<&Netns>,
+    ) -> App {
+        App::start_with(&streamfold_binary(), bootstrap, config, log_dir, netns)
+    }
+
+    fn start_with(
+        binary: &Path,
         bootstrap: &str,
         config: &AppConfig,
         log_dir: &Path,
@@ -88,10 +105,10 @@ impl App {
             Some(netns) => {
                 let prefix = netns.exec_prefix();
                 let mut command = Command::new(&prefix[0]);
-                command.args(&prefix[1..]).arg(streamfold_binary());
+                command.args(&prefix[1..]).arg(binary);
                 command
             }
-            None => Command::new(streamfold_binary()),
+            None => Command::new(binary),
         };
         command
             .arg("run")

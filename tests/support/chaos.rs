@@ -626,6 +626,33 @@ impl Instances {
             .join("\n")
     }
 
+    /// What every process's log says of task `task`, and of the group
+    /// around it (assignments, revocations, warnings and errors), so a
+    /// stalled partition's last owner and what it waited for can be read
+    /// from the failure alone: CI keeps nothing else.
+    pub fn task_story(&self, task: i32) -> String {
+        let mut story = format!("==== what the logs say of task {task} ====\n");
+        for log in &self.logs {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|line| {
+                    line_task(line) == Some(task)
+                        || [" WARN ", " ERROR ", "ssign", "evoke", "ebalance", "lost"]
+                            .iter()
+                            .any(|word| line.contains(word))
+                })
+                .collect();
+            let shown = &lines[lines.len().saturating_sub(120)..];
+            story.push_str(&format!(
+                "==> {} <==\n{}\n",
+                log.display(),
+                shown.join("\n")
+            ));
+        }
+        story
+    }
+
     /// Every line of every log that contains `text`.
     pub fn log_lines(&self, text: &str) -> Vec<String> {
         self.logs
@@ -651,11 +678,17 @@ impl Instances {
             if committed.iter().zip(end).all(|(c, e)| *e == 0 || *c >= *e) {
                 return;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{group} committed {committed:?} of {topic}, whose end is {end:?}, within {SETTLE:?}\n{}",
-                self.logs_tail()
-            );
+            if Instant::now() >= deadline {
+                let stalled: Vec<i32> = (0..end.len())
+                    .filter(|&p| end[p] > 0 && committed[p] < end[p])
+                    .map(|p| p as i32)
+                    .collect();
+                let stories: String = stalled.iter().map(|&task| self.task_story(task)).collect();
+                panic!(
+                    "{group} committed {committed:?} of {topic}, whose end is {end:?}, within {SETTLE:?}\n{}\n{stories}",
+                    self.logs_tail()
+                );
+            }
             self.assert_running();
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -743,18 +776,21 @@ struct TaskLog {
     closed: usize,
 }
 
+/// The task a log line names (` task=N`), if any.
+fn line_task(line: &str) -> Option<i32> {
+    let rest = line.split(" task=").nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
 impl TaskLog {
     fn read(log: &Path) -> TaskLog {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         let mut tasks = TaskLog::default();
         for line in text.lines() {
-            let task = || -> Option<i32> {
-                let rest = line.split(" task=").nth(1)?;
-                rest.split(|c: char| !c.is_ascii_digit())
-                    .next()?
-                    .parse()
-                    .ok()
-            };
+            let task = || line_task(line);
             if line.contains("Task running.") {
                 tasks.running.extend(task());
             } else if line.contains("Task closed.") {

@@ -63,7 +63,7 @@ use serde::{Deserialize, Serialize};
 
 use super::expr::{Expression, check, compile_for_build};
 use super::keyed::{OnReject, legal_name};
-use super::{Issue, NodeInfo, NodeInput, Operator, OperatorSpec};
+use super::{BuiltOperator, Issue, NodeInfo, NodeInput, Operator, OperatorSpec};
 use crate::config::types::{HumanDuration, JsonPointer};
 use crate::state::{StateError, StateSet};
 use crate::telemetry::NodeCounter;
@@ -182,7 +182,7 @@ impl OperatorSpec for JoinConfig {
         &self,
         node: &NodeInfo<'_>,
         state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError> {
+    ) -> Result<BuiltOperator, StateError> {
         let unchecked = || {
             StateError::Backend(format!(
                 "join `{}` was never checked: it needs a stream and a table, two tables, or two streams with `window`",
@@ -205,7 +205,7 @@ impl OperatorSpec for JoinConfig {
                 (None, None) => run::Build::Pair,
             },
         };
-        Ok(match sides {
+        let operator: Box<dyn Operator> = match sides {
             Sides::StreamTable => Box::new(run::StreamTable {
                 table: state.declare(&node.store_name(TABLE))?,
                 how: self.how,
@@ -234,7 +234,8 @@ impl OperatorSpec for JoinConfig {
                 ))
             }
             Sides::TableStream => return Err(unchecked()),
-        })
+        };
+        Ok(BuiltOperator::Whole(operator))
     }
 }
 

@@ -75,7 +75,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keyed::{OnReject, legal_name};
 use super::merge::{FieldRule, MergeRule};
-use super::{Issue, NodeInfo, NodeInput, Operator, OperatorSpec};
+use super::{BuiltOperator, Issue, NodeInfo, NodeInput, OperatorSpec};
 use crate::config::types::HumanDuration;
 use crate::state::{StateError, StateSet};
 use crate::telemetry::NodeCounter;
@@ -379,9 +379,9 @@ impl OperatorSpec for WindowConfig {
         &self,
         node: &NodeInfo<'_>,
         state: &mut StateSet,
-    ) -> Result<Box<dyn Operator>, StateError> {
+    ) -> Result<BuiltOperator, StateError> {
         let store = self.stores(node.inputs)[0];
-        Ok(Box::new(run::Window::new(
+        Ok(BuiltOperator::whole(run::Window::new(
             self.shape(),
             state.declare(&node.store_name(store))?,
             self.emit,

@@ -1,7 +1,6 @@
 //! The transactional producer's delivery reports: what the broker
 //! acknowledged (the last offset of each tracked partition), what it
-//! refused and why, and the waits for them; why a record must not be sent
-//! ([`Refusal`]).
+//! refused and why, and the waits for them.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,7 +12,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 
 use crate::runtime::changelog::TXN_HEADER;
-use crate::task::limits::{TooLarge, record_size};
+use crate::task::limits::record_size;
 
 /// librdkafka's `RD_KAFKA_OFFSET_INVALID`: the offset of a delivered
 /// record it does not know.
@@ -230,33 +229,4 @@ pub(super) fn is_fencing(code: RDKafkaErrorCode) -> bool {
             | RDKafkaErrorCode::InvalidProducerEpoch
             | RDKafkaErrorCode::Fenced
     )
-}
-
-/// Why a record must not be sent: it would fail its transaction, and the
-/// transaction's replay again.
-#[derive(Debug)]
-pub(crate) enum Refusal {
-    /// Over the producer's or the topic's size limit.
-    TooLarge(TooLarge),
-    /// The broker refused this very record before, for good; the reason is
-    /// the broker's.
-    Refused(String),
-}
-
-impl Refusal {
-    /// The dead-letter reason for `what` (`the record of sink \`x\``).
-    pub(crate) fn reason(&self, what: &str) -> String {
-        match self {
-            Refusal::TooLarge(too_large) => too_large.reason(what),
-            Refusal::Refused(reason) => format!("{what}: {reason}"),
-        }
-    }
-
-    /// The dead-letter reason code.
-    pub(crate) fn code(&self) -> crate::telemetry::DeadLetterReason {
-        match self {
-            Refusal::TooLarge(_) => crate::telemetry::DeadLetterReason::TooLarge,
-            Refusal::Refused(_) => crate::telemetry::DeadLetterReason::RefusedByBroker,
-        }
-    }
 }

@@ -63,7 +63,6 @@ mod transactions;
 use std::time::Duration;
 
 pub(crate) use cycle::{CommitCycle, CycleTask, TaskCursor, offsets_list};
-pub(crate) use delivery::Refusal;
 pub(crate) use hooks::Faults;
 pub use hooks::{Fault, FaultAction, FaultPoint, TestHooks};
 pub(crate) use transactions::{Produce, Transactions};

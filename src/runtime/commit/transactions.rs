@@ -18,12 +18,13 @@ use rdkafka::topic_partition_list::TopicPartitionList;
 use crate::runtime::changelog::TXN_HEADER;
 use crate::runtime::{RuntimeError, wall_clock_ms};
 use crate::task::limits::{Acceptance, Limits, TopicLimits, record_size};
+use crate::task::output::Refusal;
 use crate::task::{DeadLetter, dlq_headers};
 use crate::telemetry::CommitPhase;
 
 use super::delivery::{
-    Deliveries, DeliveryContext, NAP, Refusal, Served, fingerprint, flushing_nap, is_fencing,
-    serve, serve_then_nap,
+    Deliveries, DeliveryContext, NAP, Served, fingerprint, flushing_nap, is_fencing, serve,
+    serve_then_nap,
 };
 use super::hooks::{FaultPoint, TestHooks};
 use super::hooks::{Faults, Journal};

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{AssignedTask, Engine};
-use crate::formats::Wire;
-use crate::record::{Origin, Record};
+use crate::record::Origin;
 use crate::runtime::batch::{self, BatchInputs, Polled};
-use crate::runtime::commit::{FaultPoint, Produce, Refusal};
+use crate::runtime::commit::{FaultPoint, Produce, Transactions};
 use crate::runtime::{RuntimeError, wire};
-use crate::task::partitioner::partition_for;
-use crate::task::{DeadLetterAt, Output};
-use crate::telemetry::{self, DeadLetterReason};
+use crate::task::output::{Outlet, Refusal, Writer, Written};
+use crate::task::{DeadLetter, DeadLetterAt, Output};
+use crate::telemetry;
+use crate::topology::Topology;
 
 impl Engine {
     /// Handles a batch of polled messages: every running task with
@@ -173,124 +173,81 @@ impl Engine {
     }
 
     /// Sends what task `task` emitted: sink records, repartition records
-    /// and dead letters, inside the open transaction.
+    /// and dead letters, inside the open transaction, through the one
+    /// output path ([`Writer::write`]).
     pub(super) fn produce(
         &mut self,
         task: i32,
         outputs: impl Iterator<Item = Output>,
         origin: Option<&Origin<'_>>,
     ) -> Result<(), RuntimeError> {
-        let mut seq = 0u32;
-        for output in outputs {
-            match output {
-                Output::Sink { sink, record } => {
-                    let name = &self.topology.sinks[sink].name;
-                    let Wire { key, payload } = match self.codecs.encode_record(sink, &record) {
-                        Ok(wire) => wire,
-                        Err(reason) => {
-                            let code = DeadLetterReason::Unencodable;
-                            if let Some(assigned) = self.tasks.get_mut(&task) {
-                                assigned
-                                    .task
-                                    .count_dead_letter(DeadLetterAt::Sink(sink), code);
-                            }
-                            let letter =
-                                crate::task::sink_dead_letter(origin, name, code, &reason, &record);
-                            self.send_dead_letter(&letter)?;
-                            continue;
-                        }
-                    };
-                    let produce = Produce {
-                        topic: &self.topology.sinks[sink].config.topic,
-                        partition: None,
-                        key: key.as_deref(),
-                        payload: payload.as_deref(),
-                        headers: &record.headers,
-                        timestamp: Some(record.timestamp),
-                        tracked: 0,
-                    };
-                    if let Err(refusal) = self.cycle.txn.check(&produce) {
-                        let name = name.clone();
-                        let reason = refusal.reason(&format!("the record of sink `{name}`"));
-                        let at = (task, DeadLetterAt::Sink(sink));
-                        self.refused(origin, at, &name, &refusal, &reason, &record)?;
-                        continue;
-                    }
-                    self.cycle.txn.send(produce).map_err(RuntimeError::Commit)?;
-                }
-                Output::Repartition {
-                    node,
-                    input,
-                    mut record,
-                } => {
-                    let payload = wire::write_repartitioned(&mut record, input, origin, seq);
-                    if origin.is_some() {
-                        seq += 1;
-                    }
-                    let key = record.key.as_deref().unwrap_or_default();
-                    let topic = self.topology.nodes[node]
-                        .repartition_topic
-                        .as_deref()
-                        .unwrap_or_default();
-                    let produce = Produce {
-                        topic,
-                        partition: Some(partition_for(key, self.partitions)),
-                        key: Some(key),
-                        payload: Some(&payload),
-                        headers: &record.headers,
-                        timestamp: Some(record.timestamp),
-                        tracked: 0,
-                    };
-                    if let Err(refusal) = self.cycle.txn.check(&produce) {
-                        let name = self.topology.nodes[node].name.clone();
-                        let reason = refusal.reason(&format!("the record for node `{name}`"));
-                        let at = (task, DeadLetterAt::Node(node));
-                        self.refused(origin, at, &name, &refusal, &reason, &record)?;
-                        continue;
-                    }
-                    self.cycle.txn.send(produce).map_err(RuntimeError::Commit)?;
-                }
-                Output::DeadLetter(letter) => self.send_dead_letter(&letter)?,
+        let Some(assigned) = self.tasks.get_mut(&task) else {
+            return Ok(());
+        };
+        let writer = Writer {
+            topology: &self.topology,
+            codecs: &self.codecs,
+            partitions: self.partitions,
+        };
+        let mut outlet = InTransaction {
+            txn: &mut self.cycle.txn,
+            topology: &self.topology,
+        };
+        writer.write(&mut assigned.task, outputs, origin, &mut outlet)
+    }
+}
+
+/// The open transaction, as where a task's outputs go.
+struct InTransaction<'a> {
+    txn: &'a mut Transactions,
+    topology: &'a Topology,
+}
+
+impl Outlet for InTransaction<'_> {
+    type Error = RuntimeError;
+
+    /// The producer's check: the topic's size limit and what the broker
+    /// refused for good before. A record too large is counted by the node
+    /// or sink it was for.
+    fn check(&mut self, record: &Written<'_>) -> Result<(), Refusal> {
+        let checked = self.txn.check(&produce(record));
+        if let Err(refusal) = &checked {
+            let name = match record.at {
+                DeadLetterAt::Sink(sink) => &self.topology.sinks[sink].name,
+                DeadLetterAt::Node(node) => &self.topology.nodes[node].name,
+            };
+            tracing::debug!(node = %name, ?refusal, "The broker will not take a record; sending it to the dead-letter topic.");
+            if let Refusal::TooLarge(_) = refusal {
+                metrics::counter!(telemetry::RECORDS_TOO_LARGE, "topology" => self.topology.name.clone(), "node" => name.clone())
+                    .increment(1);
             }
         }
-        Ok(())
+        checked
     }
 
-    pub(super) fn send_dead_letter(
-        &mut self,
-        letter: &crate::task::DeadLetter,
-    ) -> Result<(), RuntimeError> {
-        self.cycle
-            .txn
-            .send_dead_letter(&self.topology.dead_letter_topic, letter)
+    fn send(&mut self, record: Written<'_>) -> Result<(), RuntimeError> {
+        self.txn
+            .send(produce(&record))
             .map_err(RuntimeError::Commit)
     }
 
-    /// `record`, for sink or node `name` of task `at.0`, is one the broker
-    /// will not take (too large for its topic, or refused for good before):
-    /// it becomes a dead letter (its value as JSON) instead of failing the
-    /// transaction, and the process goes on. Counted with the task's other
-    /// dead letters, at commit.
-    pub(super) fn refused(
-        &mut self,
-        origin: Option<&Origin<'_>>,
-        at: (i32, DeadLetterAt),
-        name: &str,
-        refusal: &Refusal,
-        reason: &str,
-        record: &Record,
-    ) -> Result<(), RuntimeError> {
-        tracing::debug!(node = %name, %reason, "The broker will not take a record; sending it to the dead-letter topic.");
-        if let Refusal::TooLarge(_) = refusal {
-            metrics::counter!(telemetry::RECORDS_TOO_LARGE, "topology" => self.topology.name.clone(), "node" => name.to_string())
-                .increment(1);
-        }
-        let code = refusal.code();
-        if let Some(assigned) = self.tasks.get_mut(&at.0) {
-            assigned.task.count_dead_letter(at.1, code);
-        }
-        let letter = crate::task::sink_dead_letter(origin, name, code, reason, record);
-        self.send_dead_letter(&letter)
+    fn send_dead_letter(&mut self, letter: &DeadLetter) -> Result<(), RuntimeError> {
+        self.txn
+            .send_dead_letter(&self.topology.dead_letter_topic, letter)
+            .map_err(RuntimeError::Commit)
+    }
+}
+
+/// `record` as the producer takes it.
+fn produce<'a>(record: &Written<'a>) -> Produce<'a> {
+    Produce {
+        topic: record.topic,
+        partition: record.partition,
+        key: record.key,
+        payload: record.payload,
+        headers: record.headers,
+        timestamp: Some(record.timestamp),
+        tracked: 0,
     }
 }
 
