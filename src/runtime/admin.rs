@@ -268,6 +268,40 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
     if !missing.is_empty() {
         return Err(missing_sources_error(topology, &missing, &servers));
     }
+    let partitions = source_partitions(topology, &existing)?;
+    let mut create = internal_creations(topology, &existing, partitions)?;
+    let changelogs: Vec<String> = topology
+        .internal_topics()
+        .into_iter()
+        .filter(|t| t.kind == InternalKind::Changelog && existing.contains_key(&t.name))
+        .map(|t| t.name)
+        .collect();
+    refuse_uncompacted_changelogs(&admin, &changelogs)?;
+    add_sink_creations(topology, &existing, partitions, &servers, &mut create)?;
+    if !create.is_empty() {
+        create_topics(&admin, config, &create, &topology.kafka.internal_topics)?;
+        // A topic this client may not describe looks missing, and its
+        // creation then finds it exists: the permissions say why it never
+        // shows up.
+        wait_for_topics(&admin, &servers, &create).map_err(|error| {
+            super::permissions::check(&admin, config, topology)
+                .err()
+                .unwrap_or(error)
+        })?;
+    }
+    super::permissions::check(&admin, config, topology)?;
+    Ok(Layout {
+        partitions,
+        topic_limits: written_topic_limits(&admin, topology),
+    })
+}
+
+/// How many partitions the sources of `topology` have, all alike (records
+/// of a key meet in one task only if the sources are co-partitioned).
+fn source_partitions(
+    topology: &Topology,
+    existing: &HashMap<String, i32>,
+) -> Result<i32, RuntimeError> {
     let counts: Vec<(&str, i32)> = topology
         .sources
         .iter()
@@ -292,7 +326,17 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
             list.join(", ")
         )));
     }
+    Ok(partitions)
+}
 
+/// The internal topics of `topology` to create, with the sources'
+/// `partitions`; an error for one that exists with another count (the
+/// dead-letter topic may have any).
+fn internal_creations(
+    topology: &Topology,
+    existing: &HashMap<String, i32>,
+    partitions: i32,
+) -> Result<Vec<Creation>, RuntimeError> {
     let mut create = Vec::new();
     for internal in topology.internal_topics() {
         let wanted = partitions;
@@ -318,13 +362,18 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
             }),
         }
     }
-    let changelogs: Vec<String> = topology
-        .internal_topics()
-        .into_iter()
-        .filter(|t| t.kind == InternalKind::Changelog && existing.contains_key(&t.name))
-        .map(|t| t.name)
-        .collect();
-    refuse_uncompacted_changelogs(&admin, &changelogs)?;
+    Ok(create)
+}
+
+/// Adds to `create` the sink topics that neither exist nor are in it; an
+/// error for a missing one whose sink does not say `create: true`.
+fn add_sink_creations(
+    topology: &Topology,
+    existing: &HashMap<String, i32>,
+    partitions: i32,
+    servers: &str,
+    create: &mut Vec<Creation>,
+) -> Result<(), RuntimeError> {
     for sink in &topology.sinks {
         if existing.contains_key(&sink.config.topic)
             || create.iter().any(|c| c.topic.name == sink.config.topic)
@@ -349,18 +398,15 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
             why: format!("sink `{}`", sink.name),
         });
     }
-    if !create.is_empty() {
-        create_topics(&admin, config, &create, &topology.kafka.internal_topics)?;
-        // A topic this client may not describe looks missing, and its
-        // creation then finds it exists: the permissions say why it never
-        // shows up.
-        wait_for_topics(&admin, &servers, &create).map_err(|error| {
-            super::permissions::check(&admin, config, topology)
-                .err()
-                .unwrap_or(error)
-        })?;
-    }
-    super::permissions::check(&admin, config, topology)?;
+    Ok(())
+}
+
+/// The limits of every topic `topology` writes (internal topics and
+/// sinks); none but the producer's when the cluster does not tell them.
+fn written_topic_limits(
+    admin: &AdminClient<DefaultClientContext>,
+    topology: &Topology,
+) -> TopicLimits {
     let mut written: Vec<String> = topology
         .internal_topics()
         .into_iter()
@@ -371,13 +417,9 @@ fn prepare(topology: &Topology, config: &ClientConfig) -> Result<Layout, Runtime
     written.dedup();
     // Without the topics' limits only the producer's applies; a broker
     // refusal for size then still ends in a dead letter (see `limits`).
-    let topic_limits = topic_limits(&admin, &written).unwrap_or_else(|error| {
+    topic_limits(admin, &written).unwrap_or_else(|error| {
         tracing::warn!(%error, "Cannot read the output topics' configuration; checking records against the producer's message.max.bytes only.");
         TopicLimits::default()
-    });
-    Ok(Layout {
-        partitions,
-        topic_limits,
     })
 }
 

@@ -373,15 +373,12 @@ fn describe(
     names: &[&str],
     timeout: Duration,
 ) -> Result<BTreeMap<String, Allowed>, RuntimeError> {
-    let mut out = BTreeMap::new();
     if names.is_empty() {
-        return Ok(out);
+        return Ok(BTreeMap::new());
     }
-    let failed =
-        |why: String| RuntimeError::Settings(format!("cannot ask Kafka for permissions: {why}"));
     let c_names: Vec<CString> = names
         .iter()
-        .map(|n| CString::new(*n).map_err(|e| failed(e.to_string())))
+        .map(|n| CString::new(*n).map_err(|e| cannot_ask(e.to_string())))
         .collect::<Result<_, _>>()?;
     let mut pointers: Vec<*const c_char> = c_names.iter().map(|n| n.as_ptr()).collect();
     let rk = admin.inner().native_ptr();
@@ -392,13 +389,52 @@ fn describe(
     // SAFETY: `rk` is the live admin client's handle for this whole call;
     // every object made here is destroyed by its guard; the name pointers
     // outlive the calls that copy them.
-    unsafe {
+    let out = unsafe {
         let queue = Queue(
-            NonNull::new(rdsys::rd_kafka_queue_new(rk)).ok_or_else(|| failed("no queue".into()))?,
+            NonNull::new(rdsys::rd_kafka_queue_new(rk))
+                .ok_or_else(|| cannot_ask("no queue".into()))?,
         );
+        let options = describe_options(rk, op, timeout)?;
+        send_describe(rk, what, &mut pointers, &options, &queue);
+        let event = answer(&queue)?;
+        authorized_operations(&event, what)
+    };
+    drop(pointers);
+    // A group's coordinator is asked apart from the others, and its
+    // timeout comes in the group's answer. Asked again with a new client:
+    // this one is dropped at once, as librdkafka 2.12 aborts the process
+    // when a coordinator it waited for comes back after the question
+    // timed out and the client is still there (vendor/README.md).
+    if let Some(kind) = out.values().find_map(|a| match a {
+        Allowed::Unanswered(kind) => Some(*kind),
+        _ => None,
+    }) {
+        return Err(RuntimeError::Kafka(KafkaError::AdminOp(kind)));
+    }
+    Ok(out)
+}
+
+/// The error of a permission query that could not be asked or answered.
+fn cannot_ask(why: String) -> RuntimeError {
+    RuntimeError::Settings(format!("cannot ask Kafka for permissions: {why}"))
+}
+
+/// Admin options for `op` that time the request out after `timeout` and
+/// ask for the authorized operations.
+///
+/// # Safety
+/// `rk` is a live client handle.
+unsafe fn describe_options(
+    rk: *mut rdsys::rd_kafka_t,
+    op: rdsys::rd_kafka_admin_op_t,
+    timeout: Duration,
+) -> Result<Options, RuntimeError> {
+    // SAFETY: per the function's contract; the options are destroyed by
+    // their guard, the error by hand.
+    unsafe {
         let options = Options(
             NonNull::new(rdsys::rd_kafka_AdminOptions_new(rk, op))
-                .ok_or_else(|| failed("no admin options".into()))?,
+                .ok_or_else(|| cannot_ask("no admin options".into()))?,
         );
         let mut errstr = [0 as c_char; 256];
         rdsys::rd_kafka_AdminOptions_set_request_timeout(
@@ -412,14 +448,31 @@ fn describe(
         if !error.is_null() {
             let why = text(rdsys::rd_kafka_error_string(error));
             rdsys::rd_kafka_error_destroy(error);
-            return Err(failed(why));
+            return Err(cannot_ask(why));
         }
+        Ok(options)
+    }
+}
+
+/// Sends the question of `what` about `names`, to be answered on `queue`.
+///
+/// # Safety
+/// `rk` is a live client handle; `names` point to NUL-terminated strings
+/// that live through the call.
+unsafe fn send_describe(
+    rk: *mut rdsys::rd_kafka_t,
+    what: Describe,
+    names: &mut [*const c_char],
+    options: &Options,
+    queue: &Queue,
+) {
+    // SAFETY: per the function's contract; the collection is destroyed
+    // once the request has copied it.
+    unsafe {
         match what {
             Describe::Topics => {
-                let collection = rdsys::rd_kafka_TopicCollection_of_topic_names(
-                    pointers.as_mut_ptr(),
-                    pointers.len(),
-                );
+                let collection =
+                    rdsys::rd_kafka_TopicCollection_of_topic_names(names.as_mut_ptr(), names.len());
                 rdsys::rd_kafka_DescribeTopics(
                     rk,
                     collection,
@@ -430,12 +483,24 @@ fn describe(
             }
             Describe::Groups => rdsys::rd_kafka_DescribeConsumerGroups(
                 rk,
-                pointers.as_mut_ptr(),
-                pointers.len(),
+                names.as_mut_ptr(),
+                names.len(),
                 options.0.as_ptr(),
                 queue.0.as_ptr(),
             ),
         }
+    }
+}
+
+/// The answer to the question sent on `queue`, waited for whatever it is;
+/// an error when it is one.
+///
+/// # Safety
+/// A question was sent on `queue` by a client that is still live.
+unsafe fn answer(queue: &Queue) -> Result<Event, RuntimeError> {
+    // SAFETY: per the function's contract; the event is destroyed by its
+    // guard.
+    unsafe {
         // The request times out within `timeout`, and librdkafka then
         // answers with that error: wait for the answer, whatever it is. (A
         // queue destroyed while its request is outstanding trips an
@@ -456,9 +521,23 @@ fn describe(
                 return Err(RuntimeError::Kafka(KafkaError::AdminOp(kind)));
             }
             let why = text(rdsys::rd_kafka_event_error_string(event.0.as_ptr()));
-            return Err(failed(why));
+            return Err(cannot_ask(why));
         }
-        let mut count = 0usize;
+        Ok(event)
+    }
+}
+
+/// What `event`, the answer to a question of `what`, allows on each
+/// resource, by name.
+///
+/// # Safety
+/// `event` answers a question of `what` without an error.
+unsafe fn authorized_operations(event: &Event, what: Describe) -> BTreeMap<String, Allowed> {
+    let mut out = BTreeMap::new();
+    let mut count = 0usize;
+    // SAFETY: per the function's contract; the results live as long as
+    // the event.
+    unsafe {
         match what {
             Describe::Topics => {
                 let result = rdsys::rd_kafka_event_DescribeTopics_result(event.0.as_ptr());
@@ -490,19 +569,7 @@ fn describe(
             }
         }
     }
-    drop(pointers);
-    // A group's coordinator is asked apart from the others, and its
-    // timeout comes in the group's answer. Asked again with a new client:
-    // this one is dropped at once, as librdkafka 2.12 aborts the process
-    // when a coordinator it waited for comes back after the question
-    // timed out and the client is still there (vendor/README.md).
-    if let Some(kind) = out.values().find_map(|a| match a {
-        Allowed::Unanswered(kind) => Some(*kind),
-        _ => None,
-    }) {
-        return Err(RuntimeError::Kafka(KafkaError::AdminOp(kind)));
-    }
-    Ok(out)
+    out
 }
 
 /// One resource's answer, from its error and its list of operations.

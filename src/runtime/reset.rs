@@ -14,7 +14,7 @@
 //! start, that the changelogs no longer hold where that state stopped,
 //! and wipes and restores it (an empty restore) by itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -163,16 +163,7 @@ pub fn reset(
         .filter(|t| t.kind != InternalKind::DeadLetter && existing.contains_key(&t.name))
         .map(|t| t.name)
         .collect();
-    let mut sources = TopicPartitionList::new();
-    for source in &topology.sources {
-        let topic = source.config.topic.as_str();
-        let partitions = existing.get(topic).copied().unwrap_or(0);
-        for partition in 0..partitions {
-            if sources.find_partition(topic, partition).is_none() {
-                sources.add_partition(topic, partition);
-            }
-        }
-    }
+    let sources = source_partitions(topology, &existing);
     let committed = consumer.committed_offsets(sources.clone(), TIMEOUT)?;
     let targets = targets(&consumer, &sources, to)?;
     let offsets = targets
@@ -201,7 +192,35 @@ pub fn reset(
     if dry_run {
         return Ok(plan);
     }
+    carry_out(&plan, &admin, &servers, &consumer)?;
+    Ok(plan)
+}
 
+/// Every partition of the sources of `topology` that exists among
+/// `existing` (topic to partition count), each once.
+fn source_partitions(topology: &Topology, existing: &HashMap<String, i32>) -> TopicPartitionList {
+    let mut sources = TopicPartitionList::new();
+    for source in &topology.sources {
+        let topic = source.config.topic.as_str();
+        let partitions = existing.get(topic).copied().unwrap_or(0);
+        for partition in 0..partitions {
+            if sources.find_partition(topic, partition).is_none() {
+                sources.add_partition(topic, partition);
+            }
+        }
+    }
+    sources
+}
+
+/// Carries out `plan`: deletes its internal topics and its consumer
+/// group, commits the source offsets to start from and removes the local
+/// state directory.
+fn carry_out(
+    plan: &ResetPlan,
+    admin: &AdminClient<DefaultClientContext>,
+    servers: &str,
+    consumer: &BaseConsumer,
+) -> Result<(), ResetError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -220,7 +239,7 @@ pub fn reset(
                 .into());
             }
         }
-        wait_until_gone(&admin, &servers, &plan.delete_topics)?;
+        wait_until_gone(admin, servers, &plan.delete_topics)?;
     }
     // The group goes whole (with the changelog positions it held), then
     // comes back holding the source offsets alone. The broker refuses to
@@ -250,7 +269,7 @@ pub fn reset(
             source,
         })?;
     }
-    Ok(plan)
+    Ok(())
 }
 
 /// Fails when the group has members.

@@ -214,6 +214,54 @@ impl ChangelogReader {
         }
     }
 
+    /// Applies up to [`TURN`] records that are ready, the first waited
+    /// for up to `wait`, and stops the partitions that reach their end;
+    /// returns how many messages (records or ends) it handled.
+    fn take_turn(
+        &mut self,
+        wait: Duration,
+        progress: &mut BTreeMap<i32, Progress>,
+    ) -> Result<usize, KafkaError> {
+        let mut handled = 0;
+        while handled < TURN && !self.replaying.is_empty() {
+            let first = if handled == 0 { wait } else { Duration::ZERO };
+            let Some(result) = self.consumer.poll(first) else {
+                break;
+            };
+            handled += 1;
+            match result {
+                // Fields apart: the message borrows the consumer.
+                Ok(message) => ChangelogReader::handle(
+                    (&self.topic, self.store),
+                    &mut self.replaying,
+                    &message,
+                    progress,
+                ),
+                Err(KafkaError::PartitionEOF(task)) => {
+                    if self.undecided(task) {
+                        continue;
+                    }
+                    if let Some(replay) = self.stop(task)? {
+                        progress
+                            .entry(task)
+                            .or_default()
+                            .offsets
+                            .insert(self.topic.clone(), replay.resume);
+                    }
+                }
+                Err(e @ KafkaError::MessageConsumptionFatal(_)) => return Err(e),
+                // Transient (a broker restarting, a connection reset):
+                // librdkafka reconnects and resumes the fetch on its
+                // own; the restore goes on where it was.
+                Err(error) => {
+                    tracing::debug!(%error, "Restore consumer error; retrying.");
+                    break;
+                }
+            }
+        }
+        Ok(handled)
+    }
+
     /// Whether `task`'s partition, at the end a read_committed reader
     /// sees (its last stable offset), still holds records past it: a
     /// transaction not decided yet. That is a previous owner's (or this
@@ -523,48 +571,29 @@ impl Restorer {
         if self.tasks.is_empty() {
             return Ok(progress);
         }
+        self.replay_available(budget, &mut progress)?;
+        for reader in &mut self.readers {
+            reader.warn_waiting();
+        }
+        self.report_remaining();
+        self.account(&mut progress);
+        Ok(progress)
+    }
+
+    /// Gives each changelog reader its turn, again and again, until
+    /// `budget` is spent or no partition is left to replay, adding what
+    /// they apply to `progress`.
+    fn replay_available(
+        &mut self,
+        budget: Duration,
+        progress: &mut BTreeMap<i32, Progress>,
+    ) -> Result<(), KafkaError> {
         let deadline = Instant::now() + budget;
         let mut wait = Duration::ZERO;
         loop {
             let mut handled_any = false;
             for reader in &mut self.readers {
-                let mut handled = 0;
-                while handled < TURN && !reader.replaying.is_empty() {
-                    let first = if handled == 0 { wait } else { Duration::ZERO };
-                    let Some(result) = reader.consumer.poll(first) else {
-                        break;
-                    };
-                    handled += 1;
-                    match result {
-                        // Fields apart: the message borrows the consumer.
-                        Ok(message) => ChangelogReader::handle(
-                            (&reader.topic, reader.store),
-                            &mut reader.replaying,
-                            &message,
-                            &mut progress,
-                        ),
-                        Err(KafkaError::PartitionEOF(task)) => {
-                            if reader.undecided(task) {
-                                continue;
-                            }
-                            if let Some(replay) = reader.stop(task)? {
-                                progress
-                                    .entry(task)
-                                    .or_default()
-                                    .offsets
-                                    .insert(reader.topic.clone(), replay.resume);
-                            }
-                        }
-                        Err(e @ KafkaError::MessageConsumptionFatal(_)) => return Err(e),
-                        // Transient (a broker restarting, a connection reset):
-                        // librdkafka reconnects and resumes the fetch on its
-                        // own; the restore goes on where it was.
-                        Err(error) => {
-                            tracing::debug!(%error, "Restore consumer error; retrying.");
-                            break;
-                        }
-                    }
-                }
+                let handled = reader.take_turn(wait, progress)?;
                 handled_any |= handled > 0;
             }
             let now = Instant::now();
@@ -578,9 +607,12 @@ impl Restorer {
                 deadline.saturating_duration_since(now).min(WAIT)
             };
         }
-        for reader in &mut self.readers {
-            reader.warn_waiting();
-        }
+        Ok(())
+    }
+
+    /// Sets the gauge of the records left to restore, per changelog and
+    /// task being replayed.
+    fn report_remaining(&self) {
         for reader in &self.readers {
             let remaining = reader.remaining.0.lock().unwrap_or_else(|e| e.into_inner());
             for task in reader.replaying.keys() {
@@ -590,6 +622,12 @@ impl Restorer {
                 }
             }
         }
+    }
+
+    /// Marks done in `progress` the tasks that no changelog replays any
+    /// more, counts what each task restored, says how far the restore is,
+    /// and ends the restore of the tasks done.
+    fn account(&mut self, progress: &mut BTreeMap<i32, Progress>) {
         let finished: Vec<i32> = self
             .tasks
             .keys()
@@ -599,7 +637,7 @@ impl Restorer {
         for task in &finished {
             progress.entry(*task).or_default().done = true;
         }
-        for (task, p) in &mut progress {
+        for (task, p) in progress.iter_mut() {
             if let Some(restoring) = self.tasks.get_mut(task) {
                 restoring.restored += p.restored;
             }
@@ -624,7 +662,6 @@ impl Restorer {
                 }
             }
         }
-        Ok(progress)
     }
 }
 

@@ -3,6 +3,7 @@
 //! task's changelogs and positions, its abort and the rewind to the last
 //! commit, and the seek of a task that starts to its committed offsets.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -13,6 +14,7 @@ use crate::runtime::RuntimeError;
 use crate::runtime::changelog::{
     CHANGELOG_OFFSETS, ChangelogOffsets, EVENT_TIME, EVENT_TIME_HEADER, GAUGES,
 };
+use crate::state::StateError;
 use crate::task::Task;
 use crate::task::limits::{TooLarge, record_size};
 use crate::telemetry::CommitPhase;
@@ -32,6 +34,10 @@ pub(crate) struct TaskCursor {
     /// Next changelog offset per changelog topic, stored with the state.
     pub(crate) changelog_offsets: ChangelogOffsets,
 }
+
+/// The store and key of each state value dropped on its way to the
+/// changelog ([`CommitCycle::drop_state`]).
+type Dropped = Vec<(usize, Box<[u8]>)>;
 
 /// One task as the cycle sees it.
 pub(crate) struct CycleTask<'a> {
@@ -147,36 +153,7 @@ impl CommitCycle {
         let mut offsets = Vec::new();
         for (item, entries) in collected {
             let mut entries = entries?;
-            let mut dropped = Vec::new();
-            if !entries.is_empty() {
-                // The task's event time, so a restore elsewhere resumes
-                // its clock. (A stamping run adds the transaction last,
-                // which the size check reserves room for.)
-                let header = [(
-                    EVENT_TIME_HEADER.to_string(),
-                    item.task.clocks().event.to_string().into_bytes(),
-                )];
-                for entry in &mut entries {
-                    let (topic, tracked) = self.changelogs[entry.store].clone();
-                    let size = record_size(Some(&entry.key), entry.value.as_deref(), &header);
-                    if let Err(too_large) = self.txn.limits.check(&topic, size) {
-                        self.drop_state(entry, &too_large)
-                            .map_err(RuntimeError::Commit)?;
-                        dropped.push((entry.store, entry.key.clone()));
-                    }
-                    self.txn
-                        .send(Produce {
-                            topic: &topic,
-                            partition: Some(item.id),
-                            key: Some(&entry.key),
-                            payload: entry.value.as_deref(),
-                            headers: &header,
-                            timestamp: Some(now),
-                            tracked,
-                        })
-                        .map_err(RuntimeError::Commit)?;
-                }
-            }
+            let dropped = self.send_changelog(&item, &mut entries, now)?;
             offsets.extend(
                 item.cursor
                     .positions
@@ -204,38 +181,8 @@ impl CommitCycle {
             pool,
             &mut applied,
             |((item, entries, dropped), result)| {
-                for (topic, _) in changelogs {
-                    if let Some(offset) = delivered.get(&(topic.clone(), item.id)) {
-                        item.cursor
-                            .changelog_offsets
-                            .0
-                            .insert(topic.clone(), offset + 1);
-                    }
-                }
-                let meta = [
-                    (
-                        CHANGELOG_OFFSETS.to_string(),
-                        item.cursor.changelog_offsets.encode(),
-                    ),
-                    (
-                        EVENT_TIME.to_string(),
-                        item.task.clocks().event.to_string().into_bytes(),
-                    ),
-                    (GAUGES.to_string(), item.task.gauges_meta()),
-                ];
-                *result = item.task.committed(std::mem::take(entries), &meta);
-                if result.is_err() {
-                    return;
-                }
-                for (store, key) in dropped.drain(..) {
-                    item.task.state().forget(store, &key);
-                    // Counted once its transaction committed, like the task's
-                    // own dead letters.
-                    let code = crate::telemetry::DeadLetterReason::TooLarge.code();
-                    metrics::counter!(crate::telemetry::DEAD_LETTERS, "topology" => app.clone(), "node" => stores[store].clone(), "reason" => code)
-                    .increment(1);
-                }
-                item.cursor.committed = item.cursor.positions.clone();
+                *result =
+                    apply_committed(item, entries, dropped, &delivered, changelogs, stores, app);
             },
         );
         for (_, result) in applied {
@@ -245,6 +192,49 @@ impl CommitCycle {
         metrics::histogram!(crate::telemetry::COMMIT_DURATION)
             .record(started.elapsed().as_secs_f64());
         Ok(())
+    }
+
+    /// Sends the changelog records of task `item`'s `entries`, stamped
+    /// with its event time, in the open transaction; a state value too
+    /// large for its changelog is dropped on the way ([`Self::drop_state`]).
+    /// Returns the store and key of each one dropped.
+    fn send_changelog(
+        &mut self,
+        item: &CycleTask<'_>,
+        entries: &mut [crate::state::ChangelogEntry],
+        now: i64,
+    ) -> Result<Dropped, RuntimeError> {
+        let mut dropped = Vec::new();
+        if !entries.is_empty() {
+            // The task's event time, so a restore elsewhere resumes
+            // its clock. (A stamping run adds the transaction last,
+            // which the size check reserves room for.)
+            let header = [(
+                EVENT_TIME_HEADER.to_string(),
+                item.task.clocks().event.to_string().into_bytes(),
+            )];
+            for entry in entries.iter_mut() {
+                let (topic, tracked) = self.changelogs[entry.store].clone();
+                let size = record_size(Some(&entry.key), entry.value.as_deref(), &header);
+                if let Err(too_large) = self.txn.limits.check(&topic, size) {
+                    self.drop_state(entry, &too_large)
+                        .map_err(RuntimeError::Commit)?;
+                    dropped.push((entry.store, entry.key.clone()));
+                }
+                self.txn
+                    .send(Produce {
+                        topic: &topic,
+                        partition: Some(item.id),
+                        key: Some(&entry.key),
+                        payload: entry.value.as_deref(),
+                        headers: &header,
+                        timestamp: Some(now),
+                        tracked,
+                    })
+                    .map_err(RuntimeError::Commit)?;
+            }
+        }
+        Ok(dropped)
     }
 
     /// Aborts the open transaction and returns every task to its last
@@ -310,6 +300,52 @@ impl CommitCycle {
         cursor.positions = cursor.committed.clone();
         Ok(())
     }
+}
+
+/// Applies to task `item`, once its transaction committed, the changes
+/// `entries` that transaction carried, saved with the changelog offsets
+/// `delivered` gave its changelogs; forgets the state of the keys
+/// `dropped` for being too large (counted as dead letters now); and makes
+/// its positions the committed ones.
+fn apply_committed(
+    item: &mut CycleTask<'_>,
+    entries: &mut Vec<crate::state::ChangelogEntry>,
+    dropped: &mut Dropped,
+    delivered: &HashMap<(String, i32), i64>,
+    changelogs: &[(String, usize)],
+    stores: &[String],
+    app: &str,
+) -> Result<(), StateError> {
+    for (topic, _) in changelogs {
+        if let Some(offset) = delivered.get(&(topic.clone(), item.id)) {
+            item.cursor
+                .changelog_offsets
+                .0
+                .insert(topic.clone(), offset + 1);
+        }
+    }
+    let meta = [
+        (
+            CHANGELOG_OFFSETS.to_string(),
+            item.cursor.changelog_offsets.encode(),
+        ),
+        (
+            EVENT_TIME.to_string(),
+            item.task.clocks().event.to_string().into_bytes(),
+        ),
+        (GAUGES.to_string(), item.task.gauges_meta()),
+    ];
+    item.task.committed(std::mem::take(entries), &meta)?;
+    for (store, key) in dropped.drain(..) {
+        item.task.state().forget(store, &key);
+        // Counted once its transaction committed, like the task's
+        // own dead letters.
+        let code = crate::telemetry::DeadLetterReason::TooLarge.code();
+        metrics::counter!(crate::telemetry::DEAD_LETTERS, "topology" => app.to_string(), "node" => stores[store].clone(), "reason" => code)
+        .increment(1);
+    }
+    item.cursor.committed = item.cursor.positions.clone();
+    Ok(())
 }
 
 /// Seeks `topic` `partition` to `offset`. librdkafka refuses a seek of a

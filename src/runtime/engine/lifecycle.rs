@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::topic_partition_list::Offset;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::context::EngineContext;
 use super::housekeeping::publish_task_metrics;
@@ -118,87 +118,100 @@ impl Engine {
         };
         self.cycle.txn.journal_fetched(&list);
         for task in awaiting {
-            // A partition can come back with an error of its own and no
-            // offset: UNSTABLE_OFFSET_COMMIT, while a previous owner's
-            // transaction holding its offsets is open. librdkafka asks
-            // again until its request times out and hands that answer on
-            // only if the caller still waits then, which these short
-            // questions do not; a partition error of any kind is still
-            // "not known yet", never "nothing committed": starting from
-            // the input's reset would process again what that transaction
-            // covers, over state restored without it.
-            let unanswered: Vec<String> = list
-                .elements()
-                .iter()
-                .filter(|e| e.partition() == task)
-                .filter_map(|e| {
-                    e.error()
-                        .err()
-                        .map(|error| format!("{}: {error}", e.topic()))
-                })
-                .collect();
-            if !unanswered.is_empty() {
-                self.next_offsets_fetch = now + Duration::from_secs(1);
-                if now >= self.next_offsets_warning {
-                    self.next_offsets_warning = now + Duration::from_secs(10);
-                    tracing::warn!(task, errors = ?unanswered, "The committed offsets of new tasks are not available yet (a previous owner's transaction may still be open); retrying.");
-                }
-                continue;
-            }
-            let mut committed = vec![None; self.inputs.len()];
-            for element in list.elements().iter().filter(|e| e.partition() == task) {
-                let Offset::Offset(o) = element.offset() else {
-                    continue;
-                };
-                if let Some(i) = self.input_of(element.topic()) {
-                    committed[i] = Some(o);
-                }
-            }
-            if let Err(error) =
-                self.cycle
-                    .anchor_latest(consumer, task, &mut committed, Duration::from_millis(500))
-            {
-                self.next_offsets_fetch = now + Duration::from_secs(1);
-                tracing::warn!(task, %error, "Cannot read where the inputs end yet (offset_reset: latest); retrying.");
-                continue;
-            }
-            let saved = match self.tasks.get(&task) {
-                Some(assigned) => assigned.cursor.changelog_offsets.0.clone(),
-                None => continue,
-            };
-            let out_of_range = match self.restorer.out_of_range(
-                task,
-                &saved,
-                Duration::from_millis(500),
-            ) {
-                Ok(out_of_range) => out_of_range,
-                // The broker did not answer (restarting, overloaded): this
-                // task waits for the next round; the others go on.
-                Err(error) => {
-                    self.next_offsets_fetch = now + Duration::from_secs(1);
-                    tracing::warn!(task, %error, "Cannot read the changelogs' offsets yet; retrying.");
-                    continue;
-                }
-            };
-            if !out_of_range.is_empty() {
-                tracing::warn!(
-                    task,
-                    changelogs = ?out_of_range,
-                    "The changelog no longer holds where this task's local state stopped (re-created or \
-                     truncated); wiping the local state and restoring it in full from the earliest offset."
-                );
-                self.wipe_state(task)?;
-            }
-            let Some(assigned) = self.tasks.get_mut(&task) else {
-                continue;
-            };
-            assigned.awaiting_offsets = false;
-            assigned.cursor.positions.clone_from(&committed);
-            assigned.cursor.committed = committed;
-            self.restorer
-                .add(task, &assigned.cursor.changelog_offsets.0)?;
+            self.resume_from_committed(consumer, &list, task, now)?;
         }
         Ok(())
+    }
+
+    /// Makes the committed offsets of task `task` in `list` (fetched at
+    /// `now`) its positions and starts its restore, wiping its local state
+    /// first when the changelogs no longer hold where it stopped. While
+    /// any of that is not known yet, the task waits for the next round.
+    fn resume_from_committed(
+        &mut self,
+        consumer: &BaseConsumer<EngineContext>,
+        list: &TopicPartitionList,
+        task: i32,
+        now: Instant,
+    ) -> Result<(), RuntimeError> {
+        // A partition can come back with an error of its own and no
+        // offset: UNSTABLE_OFFSET_COMMIT, while a previous owner's
+        // transaction holding its offsets is open. librdkafka asks
+        // again until its request times out and hands that answer on
+        // only if the caller still waits then, which these short
+        // questions do not; a partition error of any kind is still
+        // "not known yet", never "nothing committed": starting from
+        // the input's reset would process again what that transaction
+        // covers, over state restored without it.
+        let unanswered = partition_errors(list, task);
+        if !unanswered.is_empty() {
+            self.next_offsets_fetch = now + Duration::from_secs(1);
+            if now >= self.next_offsets_warning {
+                self.next_offsets_warning = now + Duration::from_secs(10);
+                tracing::warn!(task, errors = ?unanswered, "The committed offsets of new tasks are not available yet (a previous owner's transaction may still be open); retrying.");
+            }
+            return Ok(());
+        }
+        let mut committed = self.committed_inputs(list, task);
+        if let Err(error) =
+            self.cycle
+                .anchor_latest(consumer, task, &mut committed, Duration::from_millis(500))
+        {
+            self.next_offsets_fetch = now + Duration::from_secs(1);
+            tracing::warn!(task, %error, "Cannot read where the inputs end yet (offset_reset: latest); retrying.");
+            return Ok(());
+        }
+        let saved = match self.tasks.get(&task) {
+            Some(assigned) => assigned.cursor.changelog_offsets.0.clone(),
+            None => return Ok(()),
+        };
+        let out_of_range = match self.restorer.out_of_range(
+            task,
+            &saved,
+            Duration::from_millis(500),
+        ) {
+            Ok(out_of_range) => out_of_range,
+            // The broker did not answer (restarting, overloaded): this
+            // task waits for the next round; the others go on.
+            Err(error) => {
+                self.next_offsets_fetch = now + Duration::from_secs(1);
+                tracing::warn!(task, %error, "Cannot read the changelogs' offsets yet; retrying.");
+                return Ok(());
+            }
+        };
+        if !out_of_range.is_empty() {
+            tracing::warn!(
+                task,
+                changelogs = ?out_of_range,
+                "The changelog no longer holds where this task's local state stopped (re-created or \
+                 truncated); wiping the local state and restoring it in full from the earliest offset."
+            );
+            self.wipe_state(task)?;
+        }
+        let Some(assigned) = self.tasks.get_mut(&task) else {
+            return Ok(());
+        };
+        assigned.awaiting_offsets = false;
+        assigned.cursor.positions.clone_from(&committed);
+        assigned.cursor.committed = committed;
+        self.restorer
+            .add(task, &assigned.cursor.changelog_offsets.0)?;
+        Ok(())
+    }
+
+    /// The committed offset of each input of task `task` in `list`, in the
+    /// order of the engine's inputs; none where nothing is committed.
+    fn committed_inputs(&self, list: &TopicPartitionList, task: i32) -> Vec<Option<i64>> {
+        let mut committed = vec![None; self.inputs.len()];
+        for element in list.elements().iter().filter(|e| e.partition() == task) {
+            let Offset::Offset(o) = element.offset() else {
+                continue;
+            };
+            if let Some(i) = self.input_of(element.topic()) {
+                committed[i] = Some(o);
+            }
+        }
+        committed
     }
 
     /// The task over its RocksDB state.
@@ -410,4 +423,18 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The error of each partition of task `task` that `list` holds no
+/// answer for, as `topic: error`.
+fn partition_errors(list: &TopicPartitionList, task: i32) -> Vec<String> {
+    list.elements()
+        .iter()
+        .filter(|e| e.partition() == task)
+        .filter_map(|e| {
+            e.error()
+                .err()
+                .map(|error| format!("{}: {error}", e.topic()))
+        })
+        .collect()
 }
