@@ -317,15 +317,6 @@ fn produce(
     generated: &Generated,
     json: bool,
 ) -> anyhow::Result<()> {
-    let &Generated {
-        workload,
-        article,
-        events,
-        keys: accounts,
-        run,
-        key_by_post,
-        first,
-    } = generated;
     ensure_topic(base, topic, partitions)?;
     let producer: BaseProducer = with_defaults(
         base,
@@ -361,6 +352,36 @@ fn produce(
         }
         Ok(())
     };
+    send_generated(generated, &mut send)?;
+    producer
+        .flush(Duration::from_secs(120))
+        .context("flushing the producer")?;
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!(
+        "produced {sent} events to {topic} in {seconds:.1}s ({:.0}/s)",
+        sent as f64 / seconds.max(1e-9)
+    );
+    if json {
+        println!("{}", json!({"records": sent, "seconds": seconds}));
+    }
+    Ok(())
+}
+
+/// Sends every event of `generated` with `send`, each as its key and its
+/// JSON value: the article's first if asked, then the workload's.
+fn send_generated(
+    generated: &Generated,
+    send: &mut impl FnMut(&str, &serde_json::Value) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let &Generated {
+        workload,
+        article,
+        events,
+        keys: accounts,
+        run,
+        key_by_post,
+        first,
+    } = generated;
     if article {
         for value in example::events() {
             let account = value["account_id"].as_str().unwrap_or_default().to_string();
@@ -415,17 +436,6 @@ fn produce(
                 send(&token, &value)?;
             }
         }
-    }
-    producer
-        .flush(Duration::from_secs(120))
-        .context("flushing the producer")?;
-    let seconds = started.elapsed().as_secs_f64();
-    eprintln!(
-        "produced {sent} events to {topic} in {seconds:.1}s ({:.0}/s)",
-        sent as f64 / seconds.max(1e-9)
-    );
-    if json {
-        println!("{}", json!({"records": sent, "seconds": seconds}));
     }
     Ok(())
 }

@@ -16,7 +16,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use saphyr_parser::{Event, Parser, ScalarStyle, Span};
+use saphyr_parser::{Event, Parser, ScalarStyle, Span, Tag};
 
 /// Position of a node in its file: 1-based line and column.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -197,45 +197,9 @@ impl Builder<'_> {
                 }
             }
             Event::Scalar(value, style, anchor, tag) => {
-                let tagged_str = tag.as_ref().is_some_and(|t| t.suffix == "str");
-                let plain = style == ScalarStyle::Plain && !tagged_str;
-                let kind = if plain {
-                    resolve_plain(&value)
-                } else {
-                    Kind::Str(value.into_owned())
-                };
-                let kind = match kind {
-                    // A plain `${N:-100}` resolves like the literal it
-                    // expands to; a quoted one stays a string.
-                    Kind::Str(s) if plain && s.contains("${") => {
-                        resolve_plain(&self.interpolate(&s, pos))
-                    }
-                    Kind::Str(s) => Kind::Str(self.interpolate(&s, pos)),
-                    other => other,
-                };
-                self.count(1, pos)?;
-                self.push(Node { pos, kind }, anchor, 1);
+                self.scalar(value, style, anchor, tag, pos)?
             }
-            Event::Alias(id) => {
-                let (node, size) = match self.anchors.get(&id) {
-                    Some((node, size)) => (
-                        Node {
-                            pos,
-                            kind: node.kind.clone(),
-                        },
-                        *size,
-                    ),
-                    None => {
-                        return Err(YamlError {
-                            pos,
-                            message: "alias refers to an unknown anchor".into(),
-                        });
-                    }
-                };
-                // Counted before the copy is made.
-                self.count(size, pos)?;
-                self.push(node, 0, size);
-            }
+            Event::Alias(id) => self.alias(id, pos)?,
             Event::SequenceStart(anchor, _) => self.stack.push(Frame::Seq {
                 pos,
                 anchor,
@@ -249,48 +213,105 @@ impl Builder<'_> {
                 pending_key: None,
                 first_node: self.nodes,
             }),
-            Event::SequenceEnd | Event::MappingEnd => {
-                let (node, anchor, first_node) = match self.stack.pop() {
-                    Some(Frame::Seq {
-                        pos,
-                        anchor,
-                        items,
-                        first_node,
-                    }) => (
-                        Node {
-                            pos,
-                            kind: Kind::Seq(items),
-                        },
-                        anchor,
-                        first_node,
-                    ),
-                    Some(Frame::Map {
-                        pos,
-                        anchor,
-                        entries,
-                        first_node,
-                        ..
-                    }) => (
-                        Node {
-                            pos,
-                            kind: Kind::Map(entries),
-                        },
-                        anchor,
-                        first_node,
-                    ),
-                    None => {
-                        return Err(YamlError {
-                            pos,
-                            message: "invalid YAML: unbalanced collection end".into(),
-                        });
-                    }
-                };
-                self.count(1, pos)?;
-                let size = self.nodes - first_node;
-                self.push(node, anchor, size);
-            }
+            Event::SequenceEnd | Event::MappingEnd => self.end_collection(pos)?,
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {}
         }
+        Ok(())
+    }
+
+    /// Adds a scalar: a plain one resolved with the core schema, any
+    /// string interpolated.
+    fn scalar(
+        &mut self,
+        value: Cow<'_, str>,
+        style: ScalarStyle,
+        anchor: usize,
+        tag: Option<Cow<'_, Tag>>,
+        pos: Pos,
+    ) -> Result<(), YamlError> {
+        let tagged_str = tag.as_ref().is_some_and(|t| t.suffix == "str");
+        let plain = style == ScalarStyle::Plain && !tagged_str;
+        let kind = if plain {
+            resolve_plain(&value)
+        } else {
+            Kind::Str(value.into_owned())
+        };
+        let kind = match kind {
+            // A plain `${N:-100}` resolves like the literal it
+            // expands to; a quoted one stays a string.
+            Kind::Str(s) if plain && s.contains("${") => resolve_plain(&self.interpolate(&s, pos)),
+            Kind::Str(s) => Kind::Str(self.interpolate(&s, pos)),
+            other => other,
+        };
+        self.count(1, pos)?;
+        self.push(Node { pos, kind }, anchor, 1);
+        Ok(())
+    }
+
+    /// Adds a copy of the node that anchor `id` names, counted as all the
+    /// nodes it holds.
+    fn alias(&mut self, id: usize, pos: Pos) -> Result<(), YamlError> {
+        let (node, size) = match self.anchors.get(&id) {
+            Some((node, size)) => (
+                Node {
+                    pos,
+                    kind: node.kind.clone(),
+                },
+                *size,
+            ),
+            None => {
+                return Err(YamlError {
+                    pos,
+                    message: "alias refers to an unknown anchor".into(),
+                });
+            }
+        };
+        // Counted before the copy is made.
+        self.count(size, pos)?;
+        self.push(node, 0, size);
+        Ok(())
+    }
+
+    /// Adds the sequence or mapping that ends at `pos`.
+    fn end_collection(&mut self, pos: Pos) -> Result<(), YamlError> {
+        let (node, anchor, first_node) = match self.stack.pop() {
+            Some(Frame::Seq {
+                pos,
+                anchor,
+                items,
+                first_node,
+            }) => (
+                Node {
+                    pos,
+                    kind: Kind::Seq(items),
+                },
+                anchor,
+                first_node,
+            ),
+            Some(Frame::Map {
+                pos,
+                anchor,
+                entries,
+                first_node,
+                ..
+            }) => (
+                Node {
+                    pos,
+                    kind: Kind::Map(entries),
+                },
+                anchor,
+                first_node,
+            ),
+            None => {
+                return Err(YamlError {
+                    pos,
+                    message: "invalid YAML: unbalanced collection end".into(),
+                });
+            }
+        };
+        self.count(1, pos)?;
+        let size = self.nodes - first_node;
+        self.push(node, anchor, size);
         Ok(())
     }
 

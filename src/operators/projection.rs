@@ -478,6 +478,89 @@ impl Projection {
             snapshots,
         })
     }
+
+    /// The name of the event `value`, which must be a string.
+    fn event_name(&self, value: &Value) -> Result<String, OpError> {
+        match required(&self.event_name, value, "event name") {
+            Ok(Value::String(name)) => Ok(name.clone()),
+            Ok(other) => Err(OpError::Record(format!(
+                "event name {} must be a string, found {}",
+                self.event_name,
+                type_name(other)
+            ))),
+            Err(e) => Err(OpError::Record(e)),
+        }
+    }
+
+    /// Counts an event named `name` that no rule folds, and drops it or
+    /// makes it a dead letter as `on_unknown` says.
+    fn unknown_event(&self, name: &str, ctx: &mut Context<'_>) -> Result<(), OpError> {
+        ctx.count(NodeCounter::ProjectionUnknown, 1);
+        match self.on_unknown {
+            OnReject::Drop => {
+                ctx.count(NodeCounter::Dropped, 1);
+                Ok(())
+            }
+            OnReject::DeadLetter => Err(OpError::Record(format!(
+                "no rule for event `{name}` (rules: {})",
+                self.rules
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// The entity after `event` at `position` takes `step` into it, with
+    /// the snapshots that replace or join those stored under `prefix`: in
+    /// order, the entity already folded; late, its history re-folded.
+    fn next_entity(
+        &self,
+        step: Step,
+        key: &[u8],
+        prefix: &[u8],
+        position: &Position,
+        event: &LoggedEvent,
+        ctx: &mut Context<'_>,
+    ) -> Result<Entity, OpError> {
+        Ok(match step {
+            Step::Late(last) => {
+                ctx.count(NodeCounter::ProjectionRefolds, 1);
+                let refold = self.refold(key, prefix, position, event, ctx)?;
+                if let Some(snapshots) = self.snapshots {
+                    let mut store = ctx.store(snapshots);
+                    for stale in &refold.stale_snapshots {
+                        store.delete(stale);
+                    }
+                    for (k, snapshot) in refold.snapshots {
+                        store.put(&k, snapshot);
+                    }
+                }
+                Entity {
+                    entity: refold.entity,
+                    version: refold.version,
+                    last,
+                }
+            }
+            Step::InOrder(entity, version) => {
+                if let (Some(snapshots), true) = (self.snapshots, self.snapshot_due(version)) {
+                    ctx.store(snapshots).put(
+                        &position.key(prefix),
+                        Snapshot {
+                            entity: entity.clone(),
+                            version,
+                        },
+                    );
+                }
+                Entity {
+                    entity,
+                    version,
+                    last: position.clone(),
+                }
+            }
+        })
+    }
 }
 
 /// How an event joins its entity's history.
@@ -504,17 +587,7 @@ impl Operator for Projection {
         };
         let id = required(&self.event_id, &record.value, "event id").map_err(OpError::Record)?;
         let id = String::from_utf8_lossy(&id_bytes(id)).into_owned();
-        let name = match required(&self.event_name, &record.value, "event name") {
-            Ok(Value::String(name)) => name.clone(),
-            Ok(other) => {
-                return Err(OpError::Record(format!(
-                    "event name {} must be a string, found {}",
-                    self.event_name,
-                    type_name(other)
-                )));
-            }
-            Err(e) => return Err(OpError::Record(e)),
-        };
+        let name = self.event_name(&record.value)?;
         let order = read_order(&self.order_by, &record.value).map_err(OpError::Record)?;
         let prefix = entity_prefix(&key);
         let mut id_key = prefix.clone();
@@ -525,21 +598,7 @@ impl Operator for Projection {
             return Ok(());
         }
         let Some(rule) = self.rules.get(&name) else {
-            ctx.count(NodeCounter::ProjectionUnknown, 1);
-            return match self.on_unknown {
-                OnReject::Drop => {
-                    ctx.count(NodeCounter::Dropped, 1);
-                    Ok(())
-                }
-                OnReject::DeadLetter => Err(OpError::Record(format!(
-                    "no rule for event `{name}` (rules: {})",
-                    self.rules
-                        .keys()
-                        .map(String::as_str)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))),
-            };
+            return self.unknown_event(&name, ctx);
         };
         let position = Position { order, id };
         let event = LoggedEvent {
@@ -560,42 +619,7 @@ impl Operator for Projection {
                 Step::InOrder(entity, version + 1)
             }
         };
-        let next = match step {
-            Step::Late(last) => {
-                ctx.count(NodeCounter::ProjectionRefolds, 1);
-                let refold = self.refold(&key, &prefix, &position, &event, ctx)?;
-                if let Some(snapshots) = self.snapshots {
-                    let mut store = ctx.store(snapshots);
-                    for stale in &refold.stale_snapshots {
-                        store.delete(stale);
-                    }
-                    for (k, snapshot) in refold.snapshots {
-                        store.put(&k, snapshot);
-                    }
-                }
-                Entity {
-                    entity: refold.entity,
-                    version: refold.version,
-                    last,
-                }
-            }
-            Step::InOrder(entity, version) => {
-                if let (Some(snapshots), true) = (self.snapshots, self.snapshot_due(version)) {
-                    ctx.store(snapshots).put(
-                        &position.key(&prefix),
-                        Snapshot {
-                            entity: entity.clone(),
-                            version,
-                        },
-                    );
-                }
-                Entity {
-                    entity,
-                    version,
-                    last: position.clone(),
-                }
-            }
-        };
+        let next = self.next_entity(step, &key, &prefix, &position, &event, ctx)?;
         ctx.store(self.ids).put(
             &id_key,
             Applied {
@@ -611,183 +635,4 @@ impl Operator for Projection {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::super::testing::{Harness, record, values};
-    use super::*;
-
-    fn question_feed(extra: Value) -> Harness {
-        let mut options = json!({
-            "type": "projection",
-            "event_id": "/event_id",
-            "event_name": "/type",
-            "order_by": "/sequence",
-            "rules": {
-                "QuestionCreated": ". + {title: $event.title, is_deleted: (.is_deleted // false)}",
-                "AnswerAdded": ".answers += 1",
-                "QuestionDeleted": ".is_deleted = true",
-                "QuestionPurged": "null",
-            },
-        });
-        if let (Value::Object(options), Value::Object(extra)) = (&mut options, extra) {
-            options.extend(extra);
-        }
-        Harness::new(options, Some("/question_id"))
-    }
-
-    fn event(id: &str, name: &str, sequence: i64) -> Record {
-        record(
-            "q1",
-            json!({"event_id": id, "type": name, "question_id": "q1", "sequence": sequence, "title": "Why?"}),
-            sequence,
-        )
-    }
-
-    #[test]
-    fn a_delete_before_its_create_still_ends_deleted_at_version_2() {
-        let mut h = question_feed(json!({}));
-        let first = h.process(event("e2", "QuestionDeleted", 2)).unwrap();
-        assert_eq!(
-            values(&first),
-            vec![json!({"is_deleted": true, "question_id": "q1", "version": 1})]
-        );
-        let second = h.process(event("e1", "QuestionCreated", 1)).unwrap();
-        assert_eq!(
-            values(&second),
-            vec![json!({"title": "Why?", "is_deleted": true, "question_id": "q1", "version": 2})]
-        );
-        assert_eq!(h.count(NodeCounter::ProjectionRefolds), 1);
-    }
-
-    #[test]
-    fn a_duplicate_event_changes_nothing() {
-        let mut h = question_feed(json!({}));
-        h.process(event("e1", "QuestionCreated", 1)).unwrap();
-        h.process(event("e2", "AnswerAdded", 2)).unwrap();
-        assert!(
-            h.process(event("e1", "QuestionCreated", 1))
-                .unwrap()
-                .is_empty()
-        );
-        assert_eq!(h.count(NodeCounter::ProjectionDuplicates), 1);
-        let entity = h
-            .store::<Entity>("entities")
-            .get(b"q1")
-            .unwrap()
-            .cloned()
-            .unwrap();
-        assert_eq!(entity.version, 2);
-        assert_eq!(entity.entity["answers"], json!(1));
-    }
-
-    #[test]
-    fn re_folds_start_from_the_last_snapshot_before_the_late_event() {
-        let mut h = question_feed(json!({"snapshot_every": 2}));
-        h.process(event("e1", "QuestionCreated", 1)).unwrap();
-        for (i, seq) in [(2, 3), (3, 5), (4, 7), (5, 9)] {
-            h.process(event(&format!("e{i}"), "AnswerAdded", seq))
-                .unwrap();
-        }
-        // Snapshots at versions 2 (seq 3) and 4 (seq 7).
-        assert_eq!(h.store::<Snapshot>("snapshots").count().unwrap(), 2);
-        let out = h.process(event("e6", "QuestionDeleted", 6)).unwrap();
-        assert_eq!(
-            values(&out),
-            vec![
-                json!({"title": "Why?", "is_deleted": true, "answers": 4, "question_id": "q1", "version": 6})
-            ]
-        );
-        let snapshots = h
-            .store::<Snapshot>("snapshots")
-            .range(Bound::Unbounded, Bound::Unbounded, 10)
-            .unwrap();
-        let versions: Vec<u64> = snapshots.iter().map(|(_, s)| s.version).collect();
-        assert_eq!(
-            versions,
-            vec![2, 4, 6],
-            "the version-4 snapshot moved to seq 6"
-        );
-        assert_eq!(snapshots[1].1.entity["is_deleted"], json!(true));
-    }
-
-    #[test]
-    fn a_rule_yielding_null_deletes_the_entity_and_may_emit_a_tombstone() {
-        let mut h = question_feed(json!({"tombstone": true}));
-        h.process(event("e1", "QuestionCreated", 1)).unwrap();
-        let out = h.process(event("e2", "QuestionPurged", 2)).unwrap();
-        assert_eq!(values(&out), vec![Value::Null]);
-        let mut h = question_feed(json!({}));
-        h.process(event("e1", "QuestionCreated", 1)).unwrap();
-        let out = h.process(event("e2", "QuestionPurged", 2)).unwrap();
-        assert_eq!(
-            values(&out),
-            vec![json!({"question_id": "q1", "version": 2})]
-        );
-    }
-
-    #[test]
-    fn bad_events_are_the_record_s_fault_and_change_nothing() {
-        let mut h = Harness::new(
-            json!({
-                "type": "projection", "event_id": "/id", "event_name": "/type", "order_by": "/seq",
-                "rules": {"Set": ".n = $event.n", "Add": ".n += $event.n"},
-                "on_unknown_event": "dead_letter",
-            }),
-            None,
-        );
-        let err = h
-            .process(record("k", json!({"id": 1, "type": "Other", "seq": 1}), 0))
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "no rule for event `Other` (rules: Add, Set)"
-        );
-        h.process(record(
-            "k",
-            json!({"id": 2, "type": "Set", "seq": 2, "n": 1}),
-            0,
-        ))
-        .unwrap();
-        h.process(record(
-            "k",
-            json!({"id": 3, "type": "Add", "seq": 4, "n": 1}),
-            0,
-        ))
-        .unwrap();
-        // Late, and it breaks the re-fold of the event after it.
-        let err = h
-            .process(record(
-                "k",
-                json!({"id": 4, "type": "Set", "seq": 3, "n": "x"}),
-                0,
-            ))
-            .unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("re-folding after this late event failed: rule `Add` failed: "),
-            "{err}"
-        );
-        let entity = h
-            .store::<Entity>("entities")
-            .get(b"k")
-            .unwrap()
-            .cloned()
-            .unwrap();
-        assert_eq!((entity.version, entity.entity), (2, json!({"n": 2})));
-        let out = h
-            .process(record("k", json!({"id": 5, "type": "Set", "seq": 5}), 0))
-            .unwrap();
-        assert_eq!(
-            values(&out),
-            vec![json!({"n": null, "id": "k", "version": 3})]
-        );
-        let err = h
-            .process(record("k", json!({"id": 6, "type": 7, "seq": 6}), 0))
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "event name /type must be a string, found a number"
-        );
-    }
-}
+mod tests;

@@ -524,35 +524,8 @@ impl Loader {
             return None;
         };
         let errors_before = self.diagnostics.len();
-        for (key, _) in entries {
-            let name = key.scalar_text().unwrap_or_default().into_owned();
-            if !TOP_LEVEL.contains(&name.as_str()) {
-                self.push(
-                    key.pos,
-                    &top.key(&name),
-                    unknown_name("field", &name, TOP_LEVEL),
-                );
-            }
-        }
-        for key in ["name", "kafka", "sources", "sinks"] {
-            if root.get(key).is_none() {
-                self.push(root.pos, &top, format!("missing field `{key}`"));
-            }
-        }
-        let name = root.get("name").and_then(|n| {
-            let name: String = self.read(n, &top.key("name"))?;
-            if name.is_empty() || !name.bytes().all(legal_topic_byte) {
-                self.push(
-                    n.pos,
-                    &top.key("name"),
-                    format!(
-                        "`{name}` cannot name Kafka topics: use letters, digits, `.`, `_` and `-`"
-                    ),
-                );
-                return None;
-            }
-            Some(name)
-        });
+        self.check_top_level_fields(&root, entries);
+        let name = root.get("name").and_then(|n| self.app_name(n));
         let description = root
             .get("description")
             .and_then(|n| self.read::<String>(n, &top.key("description")));
@@ -615,6 +588,43 @@ impl Loader {
             queries,
             complete: self.diagnostics.len() == errors_before,
         })
+    }
+
+    /// Reports every unknown top-level field of `root` (whose entries are
+    /// `entries`) and every missing required one.
+    fn check_top_level_fields(&mut self, root: &YamlNode, entries: &[(YamlNode, YamlNode)]) {
+        let top = Path::root();
+        for (key, _) in entries {
+            let name = key.scalar_text().unwrap_or_default().into_owned();
+            if !TOP_LEVEL.contains(&name.as_str()) {
+                self.push(
+                    key.pos,
+                    &top.key(&name),
+                    unknown_name("field", &name, TOP_LEVEL),
+                );
+            }
+        }
+        for key in ["name", "kafka", "sources", "sinks"] {
+            if root.get(key).is_none() {
+                self.push(root.pos, &top, format!("missing field `{key}`"));
+            }
+        }
+    }
+
+    /// The application's `name` from node `n`, which must be able to name
+    /// Kafka topics.
+    fn app_name(&mut self, n: &YamlNode) -> Option<String> {
+        let top = Path::root();
+        let name: String = self.read(n, &top.key("name"))?;
+        if name.is_empty() || !name.bytes().all(legal_topic_byte) {
+            self.push(
+                n.pos,
+                &top.key("name"),
+                format!("`{name}` cannot name Kafka topics: use letters, digits, `.`, `_` and `-`"),
+            );
+            return None;
+        }
+        Some(name)
     }
 
     /// Reads every entry of a `name: {...}` section; entries that fail are

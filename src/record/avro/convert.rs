@@ -6,7 +6,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use apache_avro::schema::{
-    DecimalSchema, InnerDecimalSchema, Name, Names, NamespaceRef, RecordSchema, UuidSchema,
+    DecimalSchema, EnumSchema, FixedSchema, InnerDecimalSchema, Name, Names, NamespaceRef,
+    RecordSchema, UnionSchema, UuidSchema,
 };
 use apache_avro::types::Value as Avro;
 use apache_avro::{BigDecimal, Days, Decimal, Duration, Millis, Months, Schema, Uuid};
@@ -201,42 +202,11 @@ pub(super) fn to_avro<'s>(
         (Schema::Boolean, Value::Bool(b)) => Avro::Boolean(*b),
         (Schema::Int, _) => Avro::Int(int(at, schema, value)?),
         (Schema::Long, _) => Avro::Long(whole(at, schema, value)?),
-        (Schema::Float | Schema::Double, Value::Number(n)) => {
-            let f = n.as_f64().ok_or_else(|| expected(at, schema, value))?;
-            if matches!(schema, Schema::Double) {
-                Avro::Double(f)
-            } else {
-                #[allow(clippy::cast_possible_truncation)] // range checked below
-                let narrow = f as f32;
-                if narrow.is_infinite() {
-                    return Err(at.error(format!("{n} is out of the range of a float")));
-                }
-                Avro::Float(narrow)
-            }
-        }
+        (Schema::Float | Schema::Double, Value::Number(n)) => float_to_avro(schema, n, value, at)?,
         (Schema::String, Value::String(s)) => Avro::String(s.clone()),
         (Schema::Bytes, _) => Avro::Bytes(latin1(at, schema, value)?),
-        (Schema::Fixed(fixed), _) => {
-            let bytes = latin1(at, schema, value)?;
-            if bytes.len() != fixed.size {
-                return Err(at.error(format!(
-                    "expected {}, found {} bytes",
-                    describe(schema),
-                    bytes.len()
-                )));
-            }
-            Avro::Fixed(fixed.size, bytes)
-        }
-        (Schema::Enum(e), Value::String(symbol)) => {
-            let index = e.symbols.iter().position(|s| s == symbol).ok_or_else(|| {
-                at.error(format!(
-                    "`{symbol}` is not a symbol of enum `{}` ({})",
-                    e.name,
-                    e.symbols.join(", ")
-                ))
-            })?;
-            Avro::Enum(u32::try_from(index).unwrap_or(u32::MAX), symbol.clone())
-        }
+        (Schema::Fixed(fixed), _) => fixed_to_avro(schema, fixed, value, at)?,
+        (Schema::Enum(e), Value::String(symbol)) => enum_to_avro(e, symbol, at)?,
         (Schema::Array(array), Value::Array(items)) => Avro::Array(
             items
                 .iter()
@@ -258,33 +228,7 @@ pub(super) fn to_avro<'s>(
         (Schema::Record(record), Value::Object(entries)) => {
             record_to_avro(record, entries, ns, names, at)?
         }
-        (Schema::Union(union), _) => {
-            let mut failures = Vec::new();
-            for (i, branch) in union.variants().iter().enumerate() {
-                match to_avro(value, branch, ns, names, at) {
-                    Ok(avro) => {
-                        return Ok(Avro::Union(
-                            u32::try_from(i).unwrap_or(u32::MAX),
-                            Box::new(avro),
-                        ));
-                    }
-                    Err(e) => failures.push((branch, e)),
-                }
-            }
-            // When one branch is of the value's kind, its error says more
-            // than "none fits" (a record branch names the field at fault).
-            let same_kind: Vec<String> = failures
-                .into_iter()
-                .filter(|(branch, _)| {
-                    deref(branch, ns, names).is_ok_and(|b| same_json_kind(b, value))
-                })
-                .map(|(_, e)| e)
-                .collect();
-            match <[String; 1]>::try_from(same_kind) {
-                Ok([only]) => return Err(only),
-                Err(_) => return Err(expected(at, schema, value)),
-            }
-        }
+        (Schema::Union(union), _) => union_to_avro(schema, union, value, ns, names, at)?,
         (Schema::Decimal(decimal), Value::Number(_) | Value::String(_)) => {
             decimal_to_avro(decimal, value, at)?
         }
@@ -320,21 +264,108 @@ pub(super) fn to_avro<'s>(
         (Schema::LocalTimestampNanos, _) => {
             Avro::LocalTimestampNanos(instant(at, schema, value, 1_000_000_000)?)
         }
-        (Schema::Duration(_), Value::Object(parts)) => {
-            let part = |name: &str| -> Result<u32, String> {
-                let at = At::Field(at, name);
-                let n = whole(&at, &Schema::Long, parts.get(name).unwrap_or(&Value::Null))?;
-                u32::try_from(n)
-                    .map_err(|_| at.error(format!("{n} is out of range (0 to 4294967295)")))
-            };
-            Avro::Duration(Duration::new(
-                Months::new(part("months")?),
-                Days::new(part("days")?),
-                Millis::new(part("millis")?),
-            ))
-        }
+        (Schema::Duration(_), Value::Object(parts)) => duration_to_avro(parts, at)?,
         _ => return Err(expected(at, schema, value)),
     })
+}
+
+/// A JSON number as the Avro float or double `schema` is, a float out of
+/// range refused.
+fn float_to_avro(schema: &Schema, n: &Number, value: &Value, at: &At<'_>) -> Result<Avro, String> {
+    let f = n.as_f64().ok_or_else(|| expected(at, schema, value))?;
+    Ok(if matches!(schema, Schema::Double) {
+        Avro::Double(f)
+    } else {
+        #[allow(clippy::cast_possible_truncation)] // range checked below
+        let narrow = f as f32;
+        if narrow.is_infinite() {
+            return Err(at.error(format!("{n} is out of the range of a float")));
+        }
+        Avro::Float(narrow)
+    })
+}
+
+/// A JSON string of bytes as the Avro fixed `schema` is, of its size.
+fn fixed_to_avro(
+    schema: &Schema,
+    fixed: &FixedSchema,
+    value: &Value,
+    at: &At<'_>,
+) -> Result<Avro, String> {
+    let bytes = latin1(at, schema, value)?;
+    if bytes.len() != fixed.size {
+        return Err(at.error(format!(
+            "expected {}, found {} bytes",
+            describe(schema),
+            bytes.len()
+        )));
+    }
+    Ok(Avro::Fixed(fixed.size, bytes))
+}
+
+/// A JSON string as a symbol of the Avro enum `e`.
+fn enum_to_avro(e: &EnumSchema, symbol: &str, at: &At<'_>) -> Result<Avro, String> {
+    let index = e.symbols.iter().position(|s| s == symbol).ok_or_else(|| {
+        at.error(format!(
+            "`{symbol}` is not a symbol of enum `{}` ({})",
+            e.name,
+            e.symbols.join(", ")
+        ))
+    })?;
+    Ok(Avro::Enum(
+        u32::try_from(index).unwrap_or(u32::MAX),
+        symbol.to_owned(),
+    ))
+}
+
+/// A JSON value as the first branch of the Avro union `schema` that it
+/// fits; when none does, the error of the one branch of the value's kind,
+/// if there is one.
+fn union_to_avro<'s>(
+    schema: &Schema,
+    union: &'s UnionSchema,
+    value: &Value,
+    ns: NamespaceRef<'s>,
+    names: &'s Names,
+    at: &At<'_>,
+) -> Result<Avro, String> {
+    let mut failures = Vec::new();
+    for (i, branch) in union.variants().iter().enumerate() {
+        match to_avro(value, branch, ns, names, at) {
+            Ok(avro) => {
+                return Ok(Avro::Union(
+                    u32::try_from(i).unwrap_or(u32::MAX),
+                    Box::new(avro),
+                ));
+            }
+            Err(e) => failures.push((branch, e)),
+        }
+    }
+    // When one branch is of the value's kind, its error says more
+    // than "none fits" (a record branch names the field at fault).
+    let same_kind: Vec<String> = failures
+        .into_iter()
+        .filter(|(branch, _)| deref(branch, ns, names).is_ok_and(|b| same_json_kind(b, value)))
+        .map(|(_, e)| e)
+        .collect();
+    match <[String; 1]>::try_from(same_kind) {
+        Ok([only]) => Err(only),
+        Err(_) => Err(expected(at, schema, value)),
+    }
+}
+
+/// A JSON object of `months`, `days` and `millis` as an Avro duration.
+fn duration_to_avro(parts: &Map<String, Value>, at: &At<'_>) -> Result<Avro, String> {
+    let part = |name: &str| -> Result<u32, String> {
+        let at = At::Field(at, name);
+        let n = whole(&at, &Schema::Long, parts.get(name).unwrap_or(&Value::Null))?;
+        u32::try_from(n).map_err(|_| at.error(format!("{n} is out of range (0 to 4294967295)")))
+    };
+    Ok(Avro::Duration(Duration::new(
+        Months::new(part("months")?),
+        Days::new(part("days")?),
+        Millis::new(part("millis")?),
+    )))
 }
 
 /// Whether `value` is the JSON shape `schema` is written from, to pick the
