@@ -412,45 +412,12 @@ impl Fold {
         values: &[Option<&Value>],
         ctx: &mut Context<'_>,
     ) -> Result<(), OpError> {
-        let Some(key) = key else {
-            return Err(OpError::Record(
-                "record has no key to fold by (give records a key or set `key_by`)".into(),
-            ));
-        };
-        // Check every field first, so a bad event changes nothing.
-        for ((_, rule), value) in self.fields.iter().zip(values) {
-            if let (Some(pointer), Some(v)) = (&rule.from, value) {
-                check(rule.rule, pointer, v).map_err(OpError::Record)?;
-            }
-        }
-        let fixed = self.fixed_bytes(key);
-        let bound: u64 = self
-            .fields
-            .iter()
-            .zip(values)
-            .map(|((_, rule), value)| growth_bound(rule.rule, *value))
-            .sum();
-        if fixed + bound > self.max_bytes {
-            return Err(OpError::Record(format!(
-                "the event alone would make a folded event of up to {} bytes, over the fold's `max_bytes` ({})",
-                fixed + bound,
-                self.max_bytes
-            )));
-        }
+        let (key, fixed, bound) = self.admit(key, values)?;
         let now = match self.clock {
             Clock::Processing => ctx.now(Clock::Processing),
             Clock::Event => timestamp,
         };
         ctx.count(NodeCounter::FoldEligible, 1);
-
-        let merge = |fold: &mut OpenFold| {
-            let mut bytes = fold.bytes.unwrap_or_else(|| content_bytes(&fold.acc)) as i64;
-            for (((_, rule), acc), value) in self.fields.iter().zip(&mut fold.acc).zip(values) {
-                let max_len = rule.max_len.map_or(usize::MAX, NonZeroUsize::get);
-                bytes += acc.merge(*value, max_len);
-            }
-            fold.bytes = Some(bytes.max(0) as u64);
-        };
         // A fold whose deadline has passed on its clock closes before it
         // takes another event, whether or not its timer fired yet (timers
         // fire in bounded rounds): the event opens the next fold.
@@ -473,53 +440,132 @@ impl Fold {
                 fold.last_ts = fold.last_ts.max(timestamp);
                 fold.first_ts = fold.first_ts.min(timestamp);
                 fold.count += 1;
-                merge(fold);
+                self.merge(fold, values);
                 Found::Merged(fold.count)
             }
             None => Found::Absent,
         })?;
         let (count, arm) = match found {
             Found::Merged(count) => (count, None),
-            Found::Outgrown | Found::Overdue(_) | Found::Absent => {
+            found => {
                 let closing = match found {
                     Found::Outgrown => Some((ClosedBy::MaxBytes, now)),
                     Found::Overdue(closed_by) => Some((closed_by, clock_now)),
                     _ => None,
                 };
-                if let Some((closed_by, at_time)) = closing
-                    && let Some(fold) = ctx.store(self.open).take(key)?
-                {
-                    if let (Some(at), true) = (fold.timer, self.timed) {
-                        ctx.cancel_timer(self.clock, at, key)?;
-                    }
-                    self.close(key, fold, closed_by, at_time, ctx);
-                }
-                // A new fold for this event, and the timer it arms.
-                let mut fold = OpenFold {
-                    opened: now,
-                    touched: now,
-                    first_ts: timestamp,
-                    last_ts: timestamp,
-                    count: 1,
-                    timer: None,
-                    acc: self
-                        .fields
-                        .iter()
-                        .map(|(_, r)| Acc::empty(r.rule))
-                        .collect(),
-                    bytes: Some(0),
-                };
-                merge(&mut fold);
-                // A fold that closes on its first event needs no timer.
-                let closes_now = self.max_events.is_some_and(|max| max <= 1);
-                if !closes_now {
-                    fold.timer = self.deadline(&fold).map(|(at, _)| at);
-                }
-                let arm = fold.timer;
-                ctx.store(self.open).put(key, fold);
+                let arm = self.reopen(key, closing, timestamp, now, values, ctx)?;
                 (1, arm)
             }
         };
+        self.after_event(key, count, arm, now, ctx)
+    }
+
+    /// Whether the fold may take an event of `key` with `values`: it has a
+    /// key, every field's value fits its rule, and the event alone cannot
+    /// make a folded event over `max_bytes`. Checked before anything
+    /// changes, so a bad event changes nothing. Returns the key, the
+    /// folded event's fixed allowance ([`Fold::fixed_bytes`]) and the
+    /// most the event can add.
+    fn admit<'k>(
+        &self,
+        key: Option<&'k [u8]>,
+        values: &[Option<&Value>],
+    ) -> Result<(&'k [u8], u64, u64), OpError> {
+        let Some(key) = key else {
+            return Err(OpError::Record(
+                "record has no key to fold by (give records a key or set `key_by`)".into(),
+            ));
+        };
+        for ((_, rule), value) in self.fields.iter().zip(values) {
+            if let (Some(pointer), Some(v)) = (&rule.from, value) {
+                check(rule.rule, pointer, v).map_err(OpError::Record)?;
+            }
+        }
+        let fixed = self.fixed_bytes(key);
+        let bound: u64 = self
+            .fields
+            .iter()
+            .zip(values)
+            .map(|((_, rule), value)| growth_bound(rule.rule, *value))
+            .sum();
+        if fixed + bound > self.max_bytes {
+            return Err(OpError::Record(format!(
+                "the event alone would make a folded event of up to {} bytes, over the fold's `max_bytes` ({})",
+                fixed + bound,
+                self.max_bytes
+            )));
+        }
+        Ok((key, fixed, bound))
+    }
+
+    /// Merges an event's `values` into `fold`'s accumulators, keeping its
+    /// size in bytes current.
+    fn merge(&self, fold: &mut OpenFold, values: &[Option<&Value>]) {
+        let mut bytes = fold.bytes.unwrap_or_else(|| content_bytes(&fold.acc)) as i64;
+        for (((_, rule), acc), value) in self.fields.iter().zip(&mut fold.acc).zip(values) {
+            let max_len = rule.max_len.map_or(usize::MAX, NonZeroUsize::get);
+            bytes += acc.merge(*value, max_len);
+        }
+        fold.bytes = Some(bytes.max(0) as u64);
+    }
+
+    /// Opens a new fold of `key` with the event, after closing its open
+    /// fold when `closing` says why and when (it is overdue, or the event
+    /// would make it outgrow `max_bytes`). Returns when the new fold's
+    /// timer is to be armed, if it needs one.
+    fn reopen(
+        &self,
+        key: &[u8],
+        closing: Option<(ClosedBy, Timestamp)>,
+        timestamp: Timestamp,
+        now: Timestamp,
+        values: &[Option<&Value>],
+        ctx: &mut Context<'_>,
+    ) -> Result<Option<Timestamp>, OpError> {
+        if let Some((closed_by, at_time)) = closing
+            && let Some(fold) = ctx.store(self.open).take(key)?
+        {
+            if let (Some(at), true) = (fold.timer, self.timed) {
+                ctx.cancel_timer(self.clock, at, key)?;
+            }
+            self.close(key, fold, closed_by, at_time, ctx);
+        }
+        let mut fold = OpenFold {
+            opened: now,
+            touched: now,
+            first_ts: timestamp,
+            last_ts: timestamp,
+            count: 1,
+            timer: None,
+            acc: self
+                .fields
+                .iter()
+                .map(|(_, r)| Acc::empty(r.rule))
+                .collect(),
+            bytes: Some(0),
+        };
+        self.merge(&mut fold, values);
+        // A fold that closes on its first event needs no timer.
+        let closes_now = self.max_events.is_some_and(|max| max <= 1);
+        if !closes_now {
+            fold.timer = self.deadline(&fold).map(|(at, _)| at);
+        }
+        let arm = fold.timer;
+        ctx.store(self.open).put(key, fold);
+        Ok(arm)
+    }
+
+    /// Counts the event that made `key`'s fold hold `count` events, closes
+    /// the fold when that reaches `max_events`, and otherwise arms the
+    /// timer a new fold needs (`arm`).
+    fn after_event(
+        &self,
+        key: &[u8],
+        count: u64,
+        arm: Option<Timestamp>,
+        now: Timestamp,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), OpError> {
         if count > 1 {
             ctx.count(NodeCounter::FoldFolded, 1);
         } else {
