@@ -201,9 +201,9 @@ fn a_producer_waiting_for_a_frozen_broker_to_acknowledge_does_not_spin() {
 /// open, nothing is acknowledged) while a transaction is open: the commit
 /// waits for the acknowledgements, and once the broker wakes, the
 /// transaction commits and nothing is lost or doubled. What the wait costs
-/// in CPU is printed, not judged: a wait that spins in the process makes
-/// no system call or context switch that a count from outside could
-/// catch.
+/// in CPU is printed, not judged (benches/frozen_broker.rs measures it): a
+/// wait that spins in the process makes no system call or context switch
+/// that a count from outside could catch.
 #[test]
 fn a_commit_waiting_on_a_frozen_broker_commits_once_it_wakes_and_loses_nothing() {
     let _serial = serial();
