@@ -127,7 +127,7 @@ pub(super) const LONGEST_NAP: Duration = Duration::from_millis(1);
 /// in whole milliseconds, so the last millisecond of every call (all of a
 /// 1 ms call) is a busy loop, and a commit waiting on a slow broker burned
 /// a core, starving the broker it waited for on a shared machine
-/// (`tests/runtime.rs::a_commit_waiting_on_a_frozen_broker_uses_no_cpu_and_loses_nothing`).
+/// (`benches/frozen_broker.rs` measures the CPU such a wait costs).
 /// A commit that is acknowledged at once still hears of it within a
 /// fraction of a millisecond; a long wait costs about 1,000 looks a second.
 ///
