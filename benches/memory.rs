@@ -1,9 +1,9 @@
 //! Peak memory of a task whose state outgrows memory: millions of
 //! distinct keys through `dedup` or `projection` on RocksDB, with the
 //! topology's default `state:` budget (block cache, write buffers and
-//! record cache, as `run` gives an instance), in one process. Issue 11,
-//! part 4: peak RSS must stay within the budget plus a documented
-//! constant, whatever the number of keys.
+//! record cache, as `run` gives an instance), in one process. Peak RSS
+//! must stay within the budget plus a documented constant, whatever the
+//! number of keys.
 //!
 //! The task is driven as the runtime drives it (records one by one, state
 //! committed every 5,000 records: changelog entries encoded, then written

@@ -10,9 +10,10 @@
 //!
 //! 1. The real runtime writes the state. `streamfold-loadgen` produces N/2
 //!    post-metric events (default N = 5,000,000), each for its own account,
-//!    to a topic with P partitions on a nisshi broker started for the run
-//!    (or `STREAMFOLD_TEST_BOOTSTRAP`); streamfold's social-metrics topology
-//!    (exactly_once, folds kept open: `quiet_for` 1h) folds them, so each
+//!    to a topic with P partitions on the Apache Kafka node started for the
+//!    run (tests/support/broker.rs, or `STREAMFOLD_TEST_BOOTSTRAP`);
+//!    streamfold's social-metrics topology (exactly_once, folds kept
+//!    open: `quiet_for` 1h) folds them, so each
 //!    event leaves one `fold_account-open` and one `fold_account-timers`
 //!    record in the changelogs, written by the runtime's own transactions
 //!    with its writer-chain headers: N changelog records of distinct keys

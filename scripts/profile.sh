@@ -31,12 +31,13 @@ cargo bench --bench e2e -- --workloads social-metrics --events "$events" --repea
   --no-latency --no-recovery --guarantees exactly_once >"$out/harness.txt" 2>"$out/harness.log" &
 harness=$!
 
-# The streamfold instance of the throughput run, once it is processing:
-# its first commit is a second or two after it starts.
+# The harness's streamfold instance (`--instance-id bench-0`, an id the
+# tests do not use) of the throughput run, once it is processing: its
+# first commit is a second or two after it starts.
 pid=
 until [ -n "$pid" ]; do
   kill -0 "$harness" 2>/dev/null || { echo "the harness ended first; see $out/harness.log" >&2; exit 1; }
-  pid=$(pgrep -f 'streamfold run .*social-metrics' | head -n 1 || true)
+  pid=$(pgrep -f 'streamfold run .*social-metrics.*--instance-id bench-0' | head -n 1 || true)
   sleep 0.2
 done
 sleep 3
