@@ -134,13 +134,21 @@ impl ConsumerContext for EngineContext {
             .increment(1);
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                if let Some(id) = member_id(consumer) {
+                let member = member_id(consumer);
+                if let Some(id) = &member {
                     self.member_ids
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .insert(id);
+                        .insert(id.clone());
                 }
                 let tasks: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                // The member id names this membership in the group's own
+                // listing, which a fencing verdict reads.
+                tracing::info!(
+                    member = member.as_deref().unwrap_or(""),
+                    ?tasks,
+                    "Tasks assigned."
+                );
                 let full = engine.partitions_of(&tasks);
                 // Before the assignment is done: see `rejoin_once`.
                 let result = self.rejoin_once(consumer, cooperative).and_then(|()| {

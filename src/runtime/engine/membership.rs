@@ -144,6 +144,7 @@ fn replaced_in_group(
                 .flat_map(|g| g.members())
                 .map(|m| (m.id(), m.client_id(), m.client_host()));
             if let Some(successor) = successor(members, client_id, &own) {
+                tracing::info!(?own, %successor, "The group lists a member with this instance's client id that this process was never given.");
                 return Some(successor);
             }
         }
