@@ -80,20 +80,6 @@ fn options() -> Options {
     o
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn main() {
     let options = options();
     let app = unique("sf-frozen-bench");
@@ -167,7 +153,7 @@ fn main() {
     if !per_second.is_empty() {
         println!(
             "\nmedian: {:.3} CPU s per s of freeze over {} freezes of {:?}",
-            median(&mut per_second),
+            median(&per_second),
             per_second.len(),
             options.freeze
         );

@@ -96,11 +96,6 @@ fn options() -> Options {
     o
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// CPU seconds of a process's threads, by kind: the main thread (which
 /// restores), RocksDB's background threads (flushes, compactions),
 /// librdkafka's threads (fetching, decompressing), the rest.
@@ -120,15 +115,6 @@ fn cpu_by_thread(pid: u32) -> BTreeMap<&'static str, f64> {
         *out.entry(kind).or_insert(0.0) += seconds;
     }
     out
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// The application: one name, so every restore reads the writer's
@@ -491,9 +477,9 @@ fn main() {
         table.push((
             partitions,
             records,
-            median(&mut per_partition),
-            median(&mut totals),
-            median(&mut seconds),
+            median(&per_partition),
+            median(&totals),
+            median(&seconds),
             rss.iter().copied().fold(0.0, f64::max),
             loads.join("; "),
         ));

@@ -99,7 +99,7 @@ use serde_json::Value;
 
 use measure::{Progress, RunFigures, cpu_of, follow};
 use options::{Options, options};
-use report::{Row, median};
+use report::Row;
 use support::*;
 use systems::{Kind, Launch, StreamfoldRun};
 use workload::{Input, Workload, loadgen, produce};
@@ -158,12 +158,6 @@ fn system_run(launch: &Launch, topic: &str, partitions: i32, dir: &Path) -> RunF
         }
     );
     figures
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// The repository's commit, for the table's heading.

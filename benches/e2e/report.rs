@@ -3,6 +3,7 @@
 
 use crate::measure::RunFigures;
 use crate::recovery::Recovery;
+use crate::support::median;
 use crate::systems::Kind;
 
 /// What one system (or bare consumer setting) measured over the runs.
@@ -21,13 +22,6 @@ pub struct Row {
     pub p50: Vec<f64>,
     pub p99: Vec<f64>,
     pub recovery: Vec<Recovery>,
-}
-
-/// The median (the upper one of an even count).
-pub fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[sorted.len() / 2]
 }
 
 /// `median (min–max)`, each with `digits` decimals, or empty.
