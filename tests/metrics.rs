@@ -153,11 +153,11 @@ const NODE_COUNTERS: &[(&str, &[&str])] = &[
     ("streamfold_filter_rejected_records_total", &["positive"]),
     ("streamfold_fold_eligible_events_total", &["totals"]),
     ("streamfold_fold_folded_events_total", &["totals"]),
-    ("streamfold_fold_closed_quiet_total", &["totals"]),
-    ("streamfold_fold_closed_max_wait_total", &["totals"]),
-    ("streamfold_fold_closed_max_events_total", &["totals"]),
-    ("streamfold_fold_closed_max_bytes_total", &["totals"]),
 ];
+
+/// Folds closed, one series per `cause`, for the fold nodes only.
+const FOLD_CLOSED: &str = "streamfold_fold_closed_total";
+const FOLD_CLOSE_CAUSES: [&str; 4] = ["quiet", "max_wait", "max_events", "max_bytes"];
 
 /// Counters of node kinds this topology does not have.
 const ABSENT_COUNTERS: &[&str] = &[
@@ -229,6 +229,17 @@ fn series_labels(series: &str) -> BTreeMap<String, String> {
 /// The steps of a commit `streamfold_commit_phase_duration_seconds` times.
 const COMMIT_PHASES: [&str; 5] = ["changelog", "flush", "offsets", "commit", "apply"];
 const PHASE_COUNT: &str = "streamfold_commit_phase_duration_seconds_count";
+/// The stores of the topology (the fold's) and the figures of each.
+const STORES: [&str; 3] = ["totals-open", "totals-timers", "totals-repartition-seen"];
+const STORE_GAUGES: [&str; 4] = [
+    "streamfold_state_memtable_bytes",
+    "streamfold_state_sst_bytes",
+    "streamfold_state_pending_compaction_bytes",
+    "streamfold_state_estimated_keys",
+];
+const REBALANCE_COUNT: &str = "streamfold_runtime_rebalance_duration_seconds_count";
+const CALLBACK_COUNT: &str = "streamfold_runtime_rebalance_callback_duration_seconds_count";
+const E2E_COUNT: &str = "streamfold_sink_record_e2e_latency_seconds_count";
 
 /// The value of the series `name` with exactly `pairs` as labels; fails
 /// the test when it is not exported.
@@ -294,6 +305,28 @@ fn every_counter_is_exported_at_zero_before_any_input() {
             ));
         }
     }
+    for cause in FOLD_CLOSE_CAUSES {
+        let l = labels(&[("topology", topology), ("node", "totals"), ("cause", cause)]);
+        expect(&text, FOLD_CLOSED, &l, Some(0.0), &mut problems);
+    }
+    let exported: BTreeSet<(String, String)> = series(&text, FOLD_CLOSED)
+        .into_iter()
+        .map(|(l, _)| {
+            (
+                l.get("node").cloned().unwrap_or_default(),
+                l.get("cause").cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let wanted: BTreeSet<(String, String)> = FOLD_CLOSE_CAUSES
+        .iter()
+        .map(|c| ("totals".to_string(), c.to_string()))
+        .collect();
+    if exported != wanted {
+        problems.push(format!(
+            "{FOLD_CLOSED} is exported for {exported:?}, not {wanted:?}"
+        ));
+    }
     for name in ABSENT_COUNTERS {
         if !series(&text, name).is_empty() {
             problems.push(format!("{name} is exported, but no node has it"));
@@ -350,6 +383,20 @@ fn every_counter_is_exported_at_zero_before_any_input() {
         Some(f64::from(PARTITIONS)),
         &mut problems,
     );
+    // One instance: it joined (and was assigned), nothing was taken away.
+    expect(&text, REBALANCE_COUNT, &app_only, None, &mut problems);
+    for (event, want) in [
+        ("assigned", None),
+        ("revoked", Some(0.0)),
+        ("lost", Some(0.0)),
+    ] {
+        let l = labels(&[("topology", topology), ("event", event)]);
+        expect(&text, CALLBACK_COUNT, &l, want, &mut problems);
+    }
+    for sink in ["totals_out", "amounts"] {
+        let l = labels(&[("topology", topology), ("node", sink)]);
+        expect(&text, E2E_COUNT, &l, Some(0.0), &mut problems);
+    }
     for partition in 0..PARTITIONS {
         let l = labels(&[
             ("topology", topology),
@@ -362,6 +409,38 @@ fn every_counter_is_exported_at_zero_before_any_input() {
             Some(0.0),
             &mut problems,
         );
+    }
+    // Each task's database reports its stores' storage and its block
+    // cache lookups once the task runs.
+    for partition in 0..PARTITIONS {
+        let partition = partition.to_string();
+        for store in STORES {
+            let l = labels(&[
+                ("topology", topology),
+                ("store", store),
+                ("partition", &partition),
+            ]);
+            for name in STORE_GAUGES {
+                expect(&text, name, &l, None, &mut problems);
+            }
+        }
+        let l = labels(&[("topology", topology), ("partition", &partition)]);
+        for name in [
+            "streamfold_state_block_cache_hits_total",
+            "streamfold_state_block_cache_misses_total",
+        ] {
+            expect(&text, name, &l, None, &mut problems);
+        }
+    }
+    let stores: BTreeSet<String> = series(&text, STORE_GAUGES[0])
+        .into_iter()
+        .filter_map(|(l, _)| l.get("store").cloned())
+        .collect();
+    if stores != STORES.map(String::from).into() {
+        problems.push(format!(
+            "{} is exported for {stores:?}, not {STORES:?}",
+            STORE_GAUGES[0]
+        ));
     }
     // Gauges of a fold are the fold's only.
     let gauge_nodes: BTreeSet<String> = series(&text, "streamfold_fold_open_folds")
@@ -590,7 +669,29 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
         ("streamfold_node_records_in_total", "totals"),
     ]
     .map(|(name, node)| node_metric(&text, name, topology, node));
+    // Each sink times the records handed to it, and only those: the
+    // amounts of good records (again after the abort), and no fold closed.
+    let sink_timed =
+        |sink: &str| metric_value(&text, E2E_COUNT, &[("topology", topology), ("node", sink)]);
+    let (amounts_timed, totals_timed) = (sink_timed("amounts"), sink_timed("totals_out"));
+    // The open folds are in the fold's store, in its memtables so far.
+    for gauge in [
+        "streamfold_state_estimated_keys",
+        "streamfold_state_memtable_bytes",
+    ] {
+        app.wait_metric(
+            &format!(r#"{gauge}{{store="totals-open"}}"#),
+            Duration::from_secs(60),
+            |n| n > 0.0,
+        );
+    }
     let log = app.stop();
+    assert!(
+        amounts_timed >= count(Kind::Good) as f64,
+        "{amounts_timed} amounts timed for {} good records",
+        count(Kind::Good)
+    );
+    assert_eq!(totals_timed, 0.0, "no fold closed within its hour");
 
     // Every commit times each of its phases (the aborted one, those it
     // reached). The scrape may fall inside a commit: the transaction is

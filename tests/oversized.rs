@@ -162,12 +162,12 @@ dead_letter:
     wait_committed_to(&app, &run.app, &run.source, &ends, Duration::from_secs(120));
     // Every normal key and the hot key's last fold close by quiet.
     app.wait_metric(
-        "streamfold_fold_closed_quiet_total",
+        r#"streamfold_fold_closed_total{cause="quiet"}"#,
         Duration::from_secs(60),
         |n| n >= (USERS + 1) as f64,
     );
     app.assert_running();
-    let max_bytes_closes = app.metric("streamfold_fold_closed_max_bytes_total");
+    let max_bytes_closes = app.metric(r#"streamfold_fold_closed_total{cause="max_bytes"}"#);
     let log = app.stop();
 
     let records = committed_records(&run.out, &journal);
@@ -474,7 +474,7 @@ dead_letter:
     let ends = producer.ends(&run.source, 2);
     wait_committed_to(&app, &run.app, &run.source, &ends, Duration::from_secs(120));
     app.wait_metric(
-        "streamfold_fold_closed_quiet_total",
+        r#"streamfold_fold_closed_total{cause="quiet"}"#,
         Duration::from_secs(60),
         |n| n >= USERS as f64,
     );

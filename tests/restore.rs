@@ -497,7 +497,7 @@ dead_letter: {{ topic: {app}-dlq }}
     // it runs with the wall clock and the folds go quiet 10 s later.
     let second = App::start(&host("state-b", "2s"), dir.path());
     let closed = second.wait_metric_present(
-        "streamfold_fold_closed_quiet_total",
+        r#"streamfold_fold_closed_total{cause="quiet"}"#,
         Duration::from_secs(60),
         |n| n == 20.0,
     );

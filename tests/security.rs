@@ -164,13 +164,13 @@ fn a_topology_runs_over_sasl_scram_and_tls_exactly_once_and_never_shows_the_pass
     // The record that is not JSON came last: once every fold closed (a
     // second after its account's last event), it was processed too.
     app.wait_metric(
-        "streamfold_fold_closed_quiet_total",
+        r#"streamfold_fold_closed_total{cause="quiet"}"#,
         Duration::from_secs(120),
         |closed| closed >= ACCOUNTS as f64,
     );
     let metrics = app.metrics_text();
     assert!(
-        metrics.contains("streamfold_fold_closed_quiet_total"),
+        metrics.contains("streamfold_fold_closed_total{"),
         "{metrics}"
     );
     let log = app.stop();
@@ -448,7 +448,7 @@ fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
     feed(&client, &names, 0, 2);
     let app = App::start_on(&broker.bootstrap, &config, dir.path());
     app.wait_metric(
-        "streamfold_fold_closed_quiet_total",
+        r#"streamfold_fold_closed_total{cause="quiet"}"#,
         Duration::from_secs(120),
         |closed| closed >= 2.0,
     );
@@ -526,7 +526,7 @@ fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
     // Every ACL back: the new input is processed, each event once.
     let app = App::start_on(&broker.bootstrap, &config, dir.path());
     app.wait_metric(
-        "streamfold_fold_closed_quiet_total",
+        r#"streamfold_fold_closed_total{cause="quiet"}"#,
         Duration::from_secs(120),
         |closed| closed >= 3.0,
     );
@@ -675,7 +675,7 @@ fn mutual_tls_with_a_client_certificate_runs_exactly_once_and_no_certificate_is_
         dir.path(),
     );
     app.wait_metric(
-        "streamfold_fold_closed_quiet_total",
+        r#"streamfold_fold_closed_total{cause="quiet"}"#,
         Duration::from_secs(120),
         |closed| closed >= 4.0,
     );

@@ -30,6 +30,21 @@ const LOOP_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
+/// Rebalance latencies worth telling apart, in seconds: a callback takes
+/// milliseconds (opening tasks) to a commit's seconds (closing them); a
+/// whole rebalance lasts up to a session timeout or more.
+const REBALANCE_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// End-to-end latencies worth telling apart, in seconds: from a pass-through
+/// node's milliseconds to the minutes or hours of an output stamped with
+/// an older time (a window's result carries its latest record's).
+const E2E_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+    3600.0,
+];
+
 /// Installs the Prometheus recorder and serves it, with the health
 /// endpoints, on `addr` ([`super::ops_server`]); returns the bound address.
 pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
@@ -38,6 +53,9 @@ pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
         (telemetry::COMMIT_PHASE_DURATION, COMMIT_BUCKETS),
         (telemetry::BATCH_DURATION, LOOP_BUCKETS),
         (telemetry::PUNCTUATE_DURATION, LOOP_BUCKETS),
+        (telemetry::REBALANCE_CALLBACK_DURATION, REBALANCE_BUCKETS),
+        (telemetry::REBALANCE_DURATION, REBALANCE_BUCKETS),
+        (telemetry::SINK_E2E_LATENCY, E2E_BUCKETS),
     ];
     let recorder = buckets
         .into_iter()
@@ -164,6 +182,11 @@ pub fn register_topology(topology: &Topology) {
     for event in telemetry::REBALANCE_EVENTS {
         ::metrics::counter!(telemetry::REBALANCES, "topology" => app.to_string(), "event" => event)
             .increment(0);
+        let _ = ::metrics::histogram!(telemetry::REBALANCE_CALLBACK_DURATION, "topology" => app.to_string(), "event" => event);
+    }
+    let _ = ::metrics::histogram!(telemetry::REBALANCE_DURATION, "topology" => app.to_string());
+    for sink in &topology.sinks {
+        let _ = telemetry::sink_latency(app, &sink.name);
     }
     ::metrics::gauge!(telemetry::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     ::metrics::gauge!(telemetry::STATE_BLOCK_CACHE, "topology" => app.to_string()).set(0.0);
@@ -313,7 +336,7 @@ sinks:
         while let Some(at) = rest.find("streamfold_") {
             let name: String = rest[at..]
                 .chars()
-                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
                 .collect();
             rest = &rest[at + name.len()..];
             names.insert(name);

@@ -132,6 +132,36 @@ pub trait StateBackend: Send {
         self.apply(writes, meta)
     }
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StateError>;
+    /// What the backend reports about its stores' storage, if it keeps
+    /// any (an in-memory backend does not).
+    fn statistics(&self) -> Option<BackendStatistics> {
+        None
+    }
+}
+
+/// Storage figures of one task's backend ([`StateBackend::statistics`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackendStatistics {
+    /// By store, in declaration order.
+    pub stores: Vec<StoreStatistics>,
+    /// Block cache lookups that found their block, and that did not
+    /// (counted since the backend opened, for all its stores).
+    pub block_cache_hits: u64,
+    pub block_cache_misses: u64,
+}
+
+/// Storage figures of one store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStatistics {
+    /// Bytes of its memtables (active and immutable).
+    pub memtable_bytes: u64,
+    /// Bytes of its live SST files.
+    pub sst_bytes: u64,
+    /// Bytes compaction is estimated to have to rewrite.
+    pub pending_compaction_bytes: u64,
+    /// RocksDB's estimate of its keys (deletes and overwrites make it
+    /// approximate).
+    pub estimated_keys: u64,
 }
 
 /// A type kept in a store.
@@ -254,6 +284,13 @@ impl StateSet {
     pub(crate) fn with_cache_entries(mut self, entries: usize) -> StateSet {
         self.cache_entries = entries;
         self
+    }
+
+    /// The backend's storage figures, with each store's name.
+    pub(crate) fn statistics(&self) -> Option<(BackendStatistics, &[String])> {
+        self.backend
+            .statistics()
+            .map(|stats| (stats, self.names.as_slice()))
     }
 
     /// Declares the store `name` as holding `V`. Each store is declared

@@ -26,7 +26,7 @@ use rocksdb::{
     IteratorMode, Options, ReadOptions, WriteBatch, WriteBufferManager, WriteOptions,
 };
 
-use super::{RawIter, RawWrite, StateBackend, StateError};
+use super::{BackendStatistics, RawIter, RawWrite, StateBackend, StateError, StoreStatistics};
 
 /// What every task database of an instance shares, so that RocksDB's memory
 /// is bounded by the topology's `state:` section and not by the number of
@@ -125,6 +125,8 @@ pub struct RocksBackend {
     /// Shared with the query server (`run --query-addr`), which reads
     /// committed state from its own threads; see [`RocksBackend::on_close`].
     db: Arc<DB>,
+    /// The database's options, which hold its statistics (tickers only).
+    options: Options,
     stores: Vec<String>,
     path: PathBuf,
     on_close: Option<Box<dyn FnOnce() + Send>>,
@@ -155,6 +157,11 @@ impl RocksBackend {
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         options.set_write_buffer_manager(&resources.write_buffers);
         options.set_max_open_files(resources.max_open_files);
+        // Counters only (block cache hits and misses, ...), which RocksDB
+        // keeps per core: no timers, no histograms, whose clock reads are
+        // what makes statistics costly.
+        options.enable_statistics();
+        options.set_statistics_level(rocksdb::statistics::StatsLevel::ExceptHistogramOrTimers);
         let existing = DB::list_cf(&options, path).unwrap_or_default();
         let mut families: Vec<String> = stores.to_vec();
         for name in &existing {
@@ -173,6 +180,7 @@ impl RocksBackend {
         }
         Ok(RocksBackend {
             db: Arc::new(db),
+            options,
             stores: stores.to_vec(),
             path: path.to_path_buf(),
             on_close: None,
@@ -361,6 +369,36 @@ impl StateBackend for RocksBackend {
         self.db
             .write_opt(batch, &options)
             .map_err(|e| backend_error(&self.path, e))
+    }
+
+    fn statistics(&self) -> Option<BackendStatistics> {
+        use rocksdb::statistics::Ticker;
+        let property = |cf: &ColumnFamily, name: &str| {
+            self.db
+                .property_int_value_cf(cf, name)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        };
+        let stores = (0..self.stores.len())
+            .map(|store| match self.cf(store) {
+                Ok(cf) => StoreStatistics {
+                    memtable_bytes: property(cf, "rocksdb.cur-size-all-mem-tables"),
+                    sst_bytes: property(cf, "rocksdb.live-sst-files-size"),
+                    pending_compaction_bytes: property(
+                        cf,
+                        "rocksdb.estimate-pending-compaction-bytes",
+                    ),
+                    estimated_keys: property(cf, "rocksdb.estimate-num-keys"),
+                },
+                Err(_) => StoreStatistics::default(),
+            })
+            .collect();
+        Some(BackendStatistics {
+            stores,
+            block_cache_hits: self.options.get_ticker_count(Ticker::BlockCacheHit),
+            block_cache_misses: self.options.get_ticker_count(Ticker::BlockCacheMiss),
+        })
     }
 
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StateError> {

@@ -14,7 +14,7 @@ use super::limits::TooLarge;
 use super::partitioner::partition_for;
 use super::{DeadLetter, DeadLetterAt, Output, Task, repartition, sink_dead_letter};
 use crate::formats::{Codecs, Wire};
-use crate::record::{Origin, Record, Timestamp};
+use crate::record::{Origin, Record};
 use crate::telemetry::DeadLetterReason;
 use crate::topology::Topology;
 
@@ -47,7 +47,8 @@ impl Refusal {
     }
 }
 
-/// A record encoded for the wire, borrowed from what it was made of.
+/// A record encoded for the wire: its bytes, and the record it was written
+/// from, whose headers and timestamp it carries as they are.
 #[derive(Debug)]
 pub(crate) struct Written<'a> {
     /// The sink, or the node whose repartition topic it is for.
@@ -59,10 +60,8 @@ pub(crate) struct Written<'a> {
     pub(crate) key: Option<&'a [u8]>,
     /// `None`: a tombstone.
     pub(crate) payload: Option<&'a [u8]>,
-    pub(crate) headers: &'a [(String, Vec<u8>)],
-    pub(crate) timestamp: Timestamp,
     /// The record it was written from.
-    pub(crate) record: &'a Record,
+    pub(crate) from: &'a Record,
 }
 
 /// Where a task's written outputs go.
@@ -130,9 +129,7 @@ impl Writer<'_> {
                         partition: Some(partition_for(key, self.partitions)),
                         key: Some(key),
                         payload: Some(&payload),
-                        headers: &record.headers,
-                        timestamp: record.timestamp,
-                        record: &record,
+                        from: &record,
                     };
                     self.send_checked(task, written, origin, outlet)?;
                 }
@@ -168,9 +165,7 @@ impl Writer<'_> {
             partition: None,
             key: key.as_deref(),
             payload: payload.as_deref(),
-            headers: &record.headers,
-            timestamp: record.timestamp,
-            record,
+            from: record,
         };
         self.send_checked(task, written, origin, outlet)
     }
@@ -200,7 +195,7 @@ impl Writer<'_> {
         let code = refusal.code();
         task.count_dead_letter(written.at, code);
         let reason = refusal.reason(&what);
-        let letter = sink_dead_letter(origin, name, code, &reason, written.record);
+        let letter = sink_dead_letter(origin, name, code, &reason, written.from);
         outlet.send_dead_letter(&letter)
     }
 }

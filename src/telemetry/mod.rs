@@ -38,15 +38,10 @@ pub(crate) const FOLD_FOLDED: &str = "streamfold_fold_folded_events_total";
 pub(crate) const FOLD_RATIO: &str = "streamfold_fold_folding_ratio";
 /// Folds currently open.
 pub(crate) const FOLD_OPEN: &str = "streamfold_fold_open_folds";
-/// Folds closed because the key went quiet.
-pub(crate) const FOLD_CLOSED_QUIET: &str = "streamfold_fold_closed_quiet_total";
-/// Folds closed by the `max_wait` cap.
-pub(crate) const FOLD_CLOSED_MAX_WAIT: &str = "streamfold_fold_closed_max_wait_total";
-/// Folds closed by `max_events`.
-pub(crate) const FOLD_CLOSED_MAX_EVENTS: &str = "streamfold_fold_closed_max_events_total";
-/// Folds closed early because the next event would have made them larger
-/// than `max_bytes`.
-pub(crate) const FOLD_CLOSED_MAX_BYTES: &str = "streamfold_fold_closed_max_bytes_total";
+/// Folds closed, labelled `cause`: `quiet` (the key went quiet),
+/// `max_wait` (the cap on a fold's age), `max_events`, or `max_bytes`
+/// (closed early because the next event would have made the fold larger).
+pub(crate) const FOLD_CLOSED: &str = "streamfold_fold_closed_total";
 /// Records whose id a `dedup` node had already seen within its retention.
 pub(crate) const DEDUP_DUPLICATES: &str = "streamfold_dedup_duplicates_total";
 /// Records a `dedup` node let through again because they were re-deliveries
@@ -143,10 +138,10 @@ slots! {
         RepartitionDuplicates => REPARTITION_DUPLICATES,
         FoldEligible => FOLD_ELIGIBLE,
         FoldFolded => FOLD_FOLDED,
-        FoldClosedQuiet => FOLD_CLOSED_QUIET,
-        FoldClosedMaxWait => FOLD_CLOSED_MAX_WAIT,
-        FoldClosedMaxEvents => FOLD_CLOSED_MAX_EVENTS,
-        FoldClosedMaxBytes => FOLD_CLOSED_MAX_BYTES,
+        FoldClosedQuiet => FOLD_CLOSED,
+        FoldClosedMaxWait => FOLD_CLOSED,
+        FoldClosedMaxEvents => FOLD_CLOSED,
+        FoldClosedMaxBytes => FOLD_CLOSED,
         DedupDuplicates => DEDUP_DUPLICATES,
         DedupRedeliveries => DEDUP_REDELIVERIES,
         DedupExpired => DEDUP_EXPIRED,
@@ -286,9 +281,29 @@ impl NodeStats {
     }
 }
 
+impl NodeCounter {
+    /// The `cause` label of a counter that shares its metric with others
+    /// ([`FOLD_CLOSED`]), the same word as the fold's `closed_by`.
+    pub(crate) fn cause(self) -> Option<&'static str> {
+        match self {
+            NodeCounter::FoldClosedQuiet => Some("quiet"),
+            NodeCounter::FoldClosedMaxWait => Some("max_wait"),
+            NodeCounter::FoldClosedMaxEvents => Some("max_events"),
+            NodeCounter::FoldClosedMaxBytes => Some("max_bytes"),
+            _ => None,
+        }
+    }
+}
+
 /// The counter `counter` of `node` (a source, node or sink name).
 pub(crate) fn node_counter(topology: &str, node: &str, counter: NodeCounter) -> ::metrics::Counter {
-    ::metrics::counter!(counter.metric(), "topology" => topology.to_string(), "node" => node.to_string())
+    let (topology, node) = (topology.to_string(), node.to_string());
+    match counter.cause() {
+        Some(cause) => {
+            ::metrics::counter!(counter.metric(), "topology" => topology, "node" => node, "cause" => cause)
+        }
+        None => ::metrics::counter!(counter.metric(), "topology" => topology, "node" => node),
+    }
 }
 
 /// The dead-letter counter of `node` (a source, node or sink name) for
@@ -390,6 +405,15 @@ pub(crate) const TASKS_CREATED: &str = "streamfold_runtime_tasks_created_total";
 pub(crate) const TASKS_CLOSED: &str = "streamfold_runtime_tasks_closed_total";
 /// Rebalance callbacks, by `event`: `assigned`, `revoked`, `lost`.
 pub(crate) const REBALANCES: &str = "streamfold_runtime_rebalances_total";
+/// Seconds each rebalance callback took, by `event` (as [`REBALANCES`]):
+/// opening the assigned tasks, or committing and closing the revoked ones
+/// (the Java consumer's `partition-assigned-latency` and
+/// `partition-revoked-latency`).
+pub(crate) const REBALANCE_CALLBACK_DURATION: &str =
+    "streamfold_runtime_rebalance_callback_duration_seconds";
+/// Seconds from the start of this instance's part in a rebalance (its
+/// subscription, or a revocation) to the assignment that ends it.
+pub(crate) const REBALANCE_DURATION: &str = "streamfold_runtime_rebalance_duration_seconds";
 /// The events [`REBALANCES`] counts.
 pub(crate) const REBALANCE_EVENTS: [&str; 3] = ["assigned", "revoked", "lost"];
 /// Seconds from handing a polled batch's records to their tasks until
@@ -399,6 +423,18 @@ pub(crate) const BATCH_DURATION: &str = "streamfold_runtime_batch_duration_secon
 /// Seconds a round of due timers took, from firing to their outputs with
 /// the producer.
 pub(crate) const PUNCTUATE_DURATION: &str = "streamfold_runtime_punctuate_duration_seconds";
+/// Seconds from a sink record's timestamp to its hand-over to the
+/// producer, by sink (`node`): Kafka Streams' `record-e2e-latency` at a
+/// terminal node (KIP-613). The timestamp is the one the record is written
+/// with: its input's, or the one the operator that emitted it gave it (a
+/// fold's output is stamped when it closed).
+pub(crate) const SINK_E2E_LATENCY: &str = "streamfold_sink_record_e2e_latency_seconds";
+
+/// The end-to-end latency histogram of sink `sink`.
+pub(crate) fn sink_latency(topology: &str, sink: &str) -> ::metrics::Histogram {
+    ::metrics::histogram!(SINK_E2E_LATENCY, "topology" => topology.to_string(), "node" => sink.to_string())
+}
+
 /// 1, labelled with the version of the running binary.
 pub(crate) const BUILD_INFO: &str = "streamfold_build_info";
 /// Bytes in the RocksDB block cache every task of the instance shares
@@ -410,5 +446,18 @@ pub(crate) const STATE_WRITE_BUFFERS: &str = "streamfold_state_write_buffer_byte
 /// The estimated bytes of decoded entries in the stores' record caches
 /// after their last commits (bounded by `state.record_cache`).
 pub(crate) const STATE_RECORD_CACHE: &str = "streamfold_state_record_cache_bytes";
+/// Bytes of a store's RocksDB memtables, by `store` and `partition`.
+pub(crate) const STATE_MEMTABLE: &str = "streamfold_state_memtable_bytes";
+/// Bytes of a store's live SST files.
+pub(crate) const STATE_SST: &str = "streamfold_state_sst_bytes";
+/// Bytes RocksDB estimates compaction has to rewrite for a store.
+pub(crate) const STATE_PENDING_COMPACTION: &str = "streamfold_state_pending_compaction_bytes";
+/// RocksDB's estimate of the keys a store holds.
+pub(crate) const STATE_ESTIMATED_KEYS: &str = "streamfold_state_estimated_keys";
+/// Block cache lookups of a task's database that found their block, by
+/// `partition`.
+pub(crate) const STATE_CACHE_HITS: &str = "streamfold_state_block_cache_hits_total";
+/// Block cache lookups of a task's database that had to read the block.
+pub(crate) const STATE_CACHE_MISSES: &str = "streamfold_state_block_cache_misses_total";
 /// Source topics `run` is waiting for at startup (0 once they all exist).
 pub(crate) const MISSING_SOURCE_TOPICS: &str = "streamfold_runtime_missing_source_topics";

@@ -30,7 +30,7 @@ impl Outlet for Collected<'_> {
     /// The producer's size limit (the topic limits `run` reads from the
     /// broker are not known here).
     fn check(&mut self, record: &Written<'_>) -> Result<(), Refusal> {
-        let size = record_size(record.key, record.payload, record.headers);
+        let size = record_size(record.key, record.payload, &record.from.headers);
         self.limits
             .check(record.topic, size)
             .map_err(Refusal::TooLarge)
@@ -56,10 +56,10 @@ impl Outlet for Collected<'_> {
             .push(Received {
                 // As the task emitted it, which a consumer reading it with
                 // the sink's key format sees.
-                key: record.record.key.as_deref().map(crate::record::key_text),
+                key: record.from.key.as_deref().map(crate::record::key_text),
                 value,
-                headers: text_headers(record.headers),
-                timestamp: Some(record.timestamp),
+                headers: text_headers(&record.from.headers),
+                timestamp: Some(record.from.timestamp),
             });
         Ok(())
     }

@@ -2,33 +2,27 @@
 
 use std::collections::BTreeMap;
 
-/// Sum of the samples of `name` in Prometheus text.
-pub fn parse_metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let metric = series.split('{').next()?;
-            (metric == name)
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .sum()
+/// Sum of the samples `selector` picks in Prometheus text (0 when none).
+/// A selector is a metric name, optionally with the labels a sample must
+/// carry, as in PromQL: `streamfold_fold_closed_total{cause="quiet"}`.
+pub fn parse_metric(text: &str, selector: &str) -> f64 {
+    find_metric(text, selector).unwrap_or(0.0)
 }
 
-/// Sum of the samples of `name` in Prometheus text, or `None` when no
-/// sample of it is there.
-pub fn find_metric(text: &str, name: &str) -> Option<f64> {
-    let samples: Vec<f64> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let metric = series.split('{').next()?;
-            (metric == name)
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
+/// Sum of the samples `selector` picks in Prometheus text (see
+/// [`parse_metric`]), or `None` when no sample of it is there.
+pub fn find_metric(text: &str, selector: &str) -> Option<f64> {
+    let (name, wanted) = match selector.split_once('{') {
+        Some((name, labels)) => (
+            name,
+            parse_labels(labels.strip_suffix('}').unwrap_or(labels)),
+        ),
+        None => (selector, BTreeMap::new()),
+    };
+    let samples: Vec<f64> = series(text, name)
+        .into_iter()
+        .filter(|(labels, _)| wanted.iter().all(|(k, v)| labels.get(k) == Some(v)))
+        .map(|(_, value)| value)
         .collect();
     (!samples.is_empty()).then(|| samples.iter().sum())
 }

@@ -409,3 +409,17 @@ fn a_fold_stored_without_its_size_is_measured_when_next_touched() {
     assert_eq!(fold.bytes, Some(content_bytes(&fold.acc)));
     assert_eq!(fold.count, 11);
 }
+
+/// A close is counted under the word its output's `closed_by` carries.
+#[test]
+fn a_close_is_counted_under_its_closed_by_word() {
+    for closed_by in [
+        ClosedBy::Quiet,
+        ClosedBy::MaxWait,
+        ClosedBy::MaxEvents,
+        ClosedBy::MaxBytes,
+    ] {
+        assert_eq!(closed_by.counter().cause(), Some(closed_by.as_str()));
+        assert_eq!(closed_by.counter().metric(), crate::telemetry::FOLD_CLOSED);
+    }
+}

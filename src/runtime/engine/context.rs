@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
@@ -37,6 +38,10 @@ pub(super) struct EngineContext {
     /// it again at the first assignment (see [`EngineContext::rejoin_once`]).
     pub(super) subscription: String,
     pub(super) rejoin_at_first_assignment: AtomicBool,
+    /// When this instance's part in a rebalance began: at the subscription
+    /// (the first join), or at a revocation; the assignment that follows
+    /// ends it ([`telemetry::REBALANCE_DURATION`]).
+    pub(super) rebalancing_since: Mutex<Option<Instant>>,
 }
 
 impl EngineContext {
@@ -132,6 +137,43 @@ impl ConsumerContext for EngineContext {
         };
         metrics::counter!(telemetry::REBALANCES, "topology" => self.app.clone(), "event" => event)
             .increment(1);
+        let started = Instant::now();
+        self.handle_rebalance(consumer, &mut engine, err, tpl, cooperative);
+        metrics::histogram!(telemetry::REBALANCE_CALLBACK_DURATION, "topology" => self.app.clone(), "event" => event)
+            .record(started.elapsed().as_secs_f64());
+        self.time_rebalance(event, started);
+    }
+}
+
+impl EngineContext {
+    /// Ends this instance's part in a rebalance at an assignment, or begins
+    /// it at a revocation or a lost assignment (the first of them, when
+    /// several come before the next assignment).
+    fn time_rebalance(&self, event: &str, callback_started: Instant) {
+        let mut since = self
+            .rebalancing_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if event == "assigned" {
+            if let Some(began) = since.take() {
+                metrics::histogram!(telemetry::REBALANCE_DURATION, "topology" => self.app.clone())
+                    .record(began.elapsed().as_secs_f64());
+            }
+        } else {
+            since.get_or_insert(callback_started);
+        }
+    }
+
+    /// Opens the tasks of an assignment, or closes those of a revocation,
+    /// and hands the partitions to (or takes them from) the consumer.
+    fn handle_rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        engine: &mut Engine,
+        err: RDKafkaRespErr,
+        tpl: &TopicPartitionList,
+        cooperative: bool,
+    ) {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let member = member_id(consumer);

@@ -12,7 +12,7 @@ use super::{AssignedTask, Engine};
 use crate::record::Origin;
 use crate::runtime::batch::{self, BatchInputs, Polled};
 use crate::runtime::commit::{FaultPoint, Produce, Transactions};
-use crate::runtime::{RuntimeError, wire};
+use crate::runtime::{RuntimeError, wall_clock_ms, wire};
 use crate::task::output::{Outlet, Refusal, Writer, Written};
 use crate::task::{DeadLetter, DeadLetterAt, Output};
 use crate::telemetry;
@@ -192,6 +192,8 @@ impl Engine {
         let mut outlet = InTransaction {
             txn: &mut self.cycle.txn,
             topology: &self.topology,
+            sink_latency: &self.sink_latency,
+            now: wall_clock_ms(),
         };
         writer.write(&mut assigned.task, outputs, origin, &mut outlet)
     }
@@ -201,6 +203,10 @@ impl Engine {
 struct InTransaction<'a> {
     txn: &'a mut Transactions,
     topology: &'a Topology,
+    /// Each sink's end-to-end latency histogram, by sink index.
+    sink_latency: &'a [metrics::Histogram],
+    /// Wall-clock milliseconds when these outputs were handed over.
+    now: i64,
 }
 
 impl Outlet for InTransaction<'_> {
@@ -225,10 +231,18 @@ impl Outlet for InTransaction<'_> {
         checked
     }
 
+    /// Sends `record`; a sink record's end-to-end latency is its
+    /// timestamp's age now (as Kafka Streams' `record-e2e-latency` at a
+    /// terminal node).
     fn send(&mut self, record: Written<'_>) -> Result<(), RuntimeError> {
         self.txn
             .send(produce(&record))
-            .map_err(RuntimeError::Commit)
+            .map_err(RuntimeError::Commit)?;
+        if let DeadLetterAt::Sink(sink) = record.at {
+            let age_ms = (self.now - record.from.timestamp).max(0);
+            self.sink_latency[sink].record(age_ms as f64 / 1000.0);
+        }
+        Ok(())
     }
 
     fn send_dead_letter(&mut self, letter: &DeadLetter) -> Result<(), RuntimeError> {
@@ -245,8 +259,8 @@ fn produce<'a>(record: &Written<'a>) -> Produce<'a> {
         partition: record.partition,
         key: record.key,
         payload: record.payload,
-        headers: record.headers,
-        timestamp: Some(record.timestamp),
+        headers: &record.from.headers,
+        timestamp: Some(record.from.timestamp),
         tracked: 0,
     }
 }

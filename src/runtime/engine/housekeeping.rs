@@ -211,4 +211,42 @@ pub(super) fn publish_task_metrics(
         .committed_stats()
         .map(|(_, s)| s.clone())
         .collect();
+    publish_state_metrics(app, &partition, assigned, closing);
+}
+
+/// Publishes the storage figures of `assigned`'s stores (RocksDB's), by
+/// store, and its database's block cache lookups; a closing task's store
+/// gauges go to 0, as its node gauges do.
+fn publish_state_metrics(app: &str, partition: &str, assigned: &mut AssignedTask, closing: bool) {
+    let Some((stats, names)) = assigned.task.state().statistics() else {
+        return;
+    };
+    for (store, figures) in names.iter().zip(&stats.stores) {
+        for (name, value) in [
+            (telemetry::STATE_MEMTABLE, figures.memtable_bytes),
+            (telemetry::STATE_SST, figures.sst_bytes),
+            (
+                telemetry::STATE_PENDING_COMPACTION,
+                figures.pending_compaction_bytes,
+            ),
+            (telemetry::STATE_ESTIMATED_KEYS, figures.estimated_keys),
+        ] {
+            let value = if closing { 0 } else { value };
+            metrics::gauge!(name, "topology" => app.to_string(), "store" => store.clone(), "partition" => partition.to_string())
+                .set(value as f64);
+        }
+    }
+    let (hits, misses) = assigned.cache_lookups_published;
+    for (name, now, before) in [
+        (telemetry::STATE_CACHE_HITS, stats.block_cache_hits, hits),
+        (
+            telemetry::STATE_CACHE_MISSES,
+            stats.block_cache_misses,
+            misses,
+        ),
+    ] {
+        metrics::counter!(name, "topology" => app.to_string(), "partition" => partition.to_string())
+            .increment(now.saturating_sub(before));
+    }
+    assigned.cache_lookups_published = (stats.block_cache_hits, stats.block_cache_misses);
 }

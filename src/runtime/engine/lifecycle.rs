@@ -70,6 +70,7 @@ impl Engine {
                 changelog_offsets,
             },
             published,
+            cache_lookups_published: (0, 0),
             share: BatchShare::default(),
         };
         self.tasks.insert(task, assigned);

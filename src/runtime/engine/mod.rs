@@ -251,6 +251,8 @@ fn run_member(
         rejoin_at_first_assignment: AtomicBool::new(
             consumer_config.get("group.instance.id").is_some(),
         ),
+        // The subscription below begins the first join.
+        rebalancing_since: Mutex::new(Some(Instant::now())),
     };
     let verdict_wait = membership_verdict_wait(&consumer_config);
     let consumer: Arc<BaseConsumer<EngineContext>> =
@@ -289,6 +291,8 @@ struct AssignedTask {
     cursor: TaskCursor,
     /// Stats already published as metrics.
     published: Vec<NodeStats>,
+    /// Block cache hits and misses of its database already published.
+    cache_lookups_published: (u64, u64),
     /// Its share of the current batch, or of a round of timers.
     share: BatchShare,
 }
@@ -333,6 +337,8 @@ struct Engine {
     /// The batch and timer-round latency histograms, looked up once.
     batch_duration: metrics::Histogram,
     punctuate_duration: metrics::Histogram,
+    /// Each sink's end-to-end latency histogram, by sink index.
+    sink_latency: Vec<metrics::Histogram>,
     /// When to ask for new tasks' committed offsets again, and to warn.
     next_offsets_fetch: Instant,
     next_offsets_warning: Instant,
@@ -429,6 +435,11 @@ impl Engine {
             next_metrics: now,
             batch_duration: metrics::histogram!(telemetry::BATCH_DURATION, "topology" => topology.name.clone()),
             punctuate_duration: metrics::histogram!(telemetry::PUNCTUATE_DURATION, "topology" => topology.name.clone()),
+            sink_latency: topology
+                .sinks
+                .iter()
+                .map(|sink| telemetry::sink_latency(&topology.name, &sink.name))
+                .collect(),
             next_offsets_fetch: now,
             next_offsets_warning: now,
             fatal: None,
