@@ -10,7 +10,7 @@
 //! | 3 | configuration: the topology, a flag or a secret is invalid, the credentials are refused, or the cluster does not fit the topology |
 //! | 4 | broker unavailable: Kafka could not be reached or stopped answering |
 //! | 5 | fenced: another process took over this instance's id |
-//! | 130 | interrupted: a second signal ended `run` at once |
+//! | 130 | interrupted: a second signal, or the stop timeout after the first, ended `run` at once |
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
@@ -33,7 +33,8 @@ pub enum ExitClass {
     BrokerUnavailable,
     /// Another process started with this instance's id and took over.
     Fenced,
-    /// A second signal ended the process before it finished.
+    /// A second signal, or the stop timeout after the first, ended the
+    /// process before it finished.
     Interrupted,
 }
 

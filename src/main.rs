@@ -95,6 +95,13 @@ struct RunArgs {
     /// `/healthz` answers 503 (`90s`, `5m`).
     #[arg(long, env = "STREAMFOLD_STALL_TIMEOUT", value_parser = humantime::parse_duration, default_value = "2m")]
     stall_timeout: std::time::Duration,
+    /// How long a run stopped by SIGTERM or SIGINT may take to finish its
+    /// transaction and leave the group; past it, it exits at once with
+    /// status 130, as on a second signal (the broker aborts the open
+    /// transaction, which is processed again). Keep it below the
+    /// supervisor's own limit (a pod's `terminationGracePeriodSeconds`).
+    #[arg(long, env = "STREAMFOLD_STOP_TIMEOUT", value_parser = humantime::parse_duration, default_value = "30s")]
+    stop_timeout: std::time::Duration,
     /// Serve interactive queries of the stores' committed state on this
     /// address (`0.0.0.0:8080`; see docs/queries.md). Off by default.
     #[arg(long, env = "STREAMFOLD_QUERY_ADDR")]
@@ -292,9 +299,13 @@ fn parse_property(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Sets `flag` on the first SIGINT/SIGTERM; exits at once on the second
-/// (the open transaction aborts and is reprocessed, so nothing is lost).
-fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
+/// Sets `flag` on the first SIGINT/SIGTERM; exits at once on the second,
+/// or when the run has not finished `stop_timeout` after the first (a
+/// broker that stops answering can hold a commit, an abort or a full
+/// producer queue for minutes). Either way the open transaction aborts and
+/// is processed again, so nothing is lost: an exit here is a kill -9 as
+/// far as the data goes.
+fn watch_signals(flag: Arc<AtomicBool>, stop_timeout: std::time::Duration) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -306,33 +317,32 @@ fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<()> {
             let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
                 return;
             };
-            let mut count = 0;
-            loop {
+            let mut next_signal = async || {
                 tokio::select! {
                     _ = int.recv() => {}
                     _ = term.recv() => {}
                 }
-                count += 1;
-                // Two signals delivered together (the process was stopped
-                // when they came) are two, not one clean stop.
-                let another = async {
-                    tokio::select! {
-                        _ = int.recv() => {}
-                        _ = term.recv() => {}
+            };
+            next_signal().await;
+            // Two signals delivered together (the process was stopped when
+            // they came) are two, not one clean stop.
+            let together = tokio::time::timeout(std::time::Duration::ZERO, next_signal()).await.is_ok();
+            if !together {
+                tracing::info!(stop_timeout = %humantime::format_duration(stop_timeout), "Signal received: finishing the current transaction and leaving the group (again to exit at once).");
+                flag.store(true, Ordering::Relaxed);
+                streamfold::runtime::health::health().stopping();
+                tokio::select! {
+                    _ = next_signal() => {
+                        tracing::warn!("Second signal: exiting now; the open transaction will be aborted and reprocessed.");
                     }
-                };
-                if count == 1 && tokio::time::timeout(std::time::Duration::ZERO, another).await.is_ok() {
-                    count += 1;
+                    _ = tokio::time::sleep(stop_timeout) => {
+                        tracing::warn!(stop_timeout = %humantime::format_duration(stop_timeout), "Not stopped within the stop timeout (the broker may not be answering): exiting now; the open transaction will be aborted and reprocessed.");
+                    }
                 }
-                if count == 1 {
-                    tracing::info!("Signal received: finishing the current transaction and leaving the group (again to exit at once).");
-                    flag.store(true, Ordering::Relaxed);
-                    streamfold::runtime::health::health().stopping();
-                } else {
-                    tracing::warn!("Second signal: exiting now; the open transaction will be aborted and reprocessed.");
-                    std::process::exit(i32::from(ExitClass::Interrupted.code()));
-                }
+            } else {
+                tracing::warn!("Second signal: exiting now; the open transaction will be aborted and reprocessed.");
             }
+            std::process::exit(i32::from(ExitClass::Interrupted.code()));
         });
     })?;
     Ok(())
@@ -443,6 +453,7 @@ fn run_topology(args: RunArgs, log_format: LogFormat) -> anyhow::Result<ExitClas
         threads,
         metrics_addr,
         stall_timeout,
+        stop_timeout,
         query_addr,
         query_advertised_addr,
         property,
@@ -463,7 +474,7 @@ fn run_topology(args: RunArgs, log_format: LogFormat) -> anyhow::Result<ExitClas
         streamfold::runtime::metrics::register_topology(&t);
     }
     let shutdown = Arc::new(AtomicBool::new(false));
-    watch_signals(Arc::clone(&shutdown))?;
+    watch_signals(Arc::clone(&shutdown), stop_timeout)?;
     let options = RunOptions {
         bootstrap_servers,
         instance_id: instance_id.unwrap_or_else(default_instance_id),

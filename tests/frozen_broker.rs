@@ -285,6 +285,82 @@ fn a_commit_waiting_on_a_frozen_broker_commits_once_it_wakes_and_loses_nothing()
     app.stop();
 }
 
+/// Thaws the broker when dropped, so that a failing test does not leave it
+/// frozen for the next.
+struct ThawOnDrop;
+
+impl Drop for ThawOnDrop {
+    fn drop(&mut self) {
+        broker().thaw();
+    }
+}
+
+/// SIGTERM while the broker, frozen, acknowledges nothing and the
+/// producer's queue is full of records waiting for it: the instance stops
+/// within the minute a supervisor gives it (the chaos harness's 60 s,
+/// deploy/statefulset.yaml's) rather than wait out its records' timeout
+/// (`transaction.timeout.ms`) and then an abort the broker does not answer
+/// either: at the stop timeout (`--stop-timeout`, 30 s) it exits with
+/// status 130. What it left open costs nothing: once the broker wakes, the
+/// next instance folds every account exactly once.
+#[test]
+fn sigterm_with_the_producer_queue_full_behind_a_frozen_broker_stops_the_instance() {
+    let _serial = serial();
+    let names = Names::new("frozen-sigterm");
+    let accounts = 400;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 1);
+    let dir = temp_dir();
+    let mut config = names.app("a", dir.path().join("state"), true);
+    // A queue of a few records is full as soon as nothing is acknowledged.
+    config.args = vec!["-X".into(), "queue.buffering.max.messages=5".into()];
+    let app = App::start(&config, dir.path());
+    app.wait_metric(
+        "streamfold_runtime_tasks_running",
+        Duration::from_secs(120),
+        |n| n == 1.0,
+    );
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..total, accounts);
+    let ends = producer.ends(&names.source, 1);
+    // Input read, more of it fetched ahead: frozen, the broker stops the
+    // acknowledgements, not the processing of what was fetched.
+    app.wait_metric(
+        "streamfold_runtime_records_consumed_total",
+        Duration::from_secs(60),
+        |n| n >= 1_000.0,
+    );
+    let thaw = ThawOnDrop;
+    broker().freeze();
+    std::thread::sleep(Duration::from_secs(3));
+    signal(app.pid(), "TERM");
+    let signalled = Instant::now();
+    let (status, log) = app.wait_exit(Duration::from_secs(60));
+    let took = signalled.elapsed();
+    drop(thaw);
+    let heeded = log
+        .lines()
+        .find(|l| l.contains("Shutting down"))
+        .unwrap_or("(no `Shutting down` line)");
+    eprintln!("stopped {took:?} after SIGTERM with {status}; {heeded}");
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(log.contains("Not stopped within the stop timeout"), "{log}");
+
+    // The broker back, the successor aborts what was left open and
+    // processes it again.
+    let successor = App::start(&config, dir.path());
+    wait_committed_to(
+        &successor,
+        &names.app,
+        &names.source,
+        &ends,
+        Duration::from_secs(180),
+    );
+    let outputs = read_folded(&names, accounts);
+    assert_exact(&outputs, accounts);
+    successor.stop();
+}
+
 /// The whole lines of the transaction journal at `path` (the process may
 /// be writing the next).
 fn journal_lines(path: &Path) -> Vec<String> {
