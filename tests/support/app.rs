@@ -58,8 +58,13 @@ impl AppConfig {
     }
 }
 
+/// The binary instances run: the one cargo built with these tests, or
+/// `STREAMFOLD_BIN`'s (a copy kept for a long run while the tree is
+/// rebuilt, or another commit's build).
 pub fn streamfold_binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_streamfold"))
+    std::env::var_os("STREAMFOLD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_streamfold")))
 }
 
 impl App {
