@@ -166,19 +166,25 @@ fn a_second_instance_joining_and_the_first_leaving_mid_stream_changes_nothing() 
         |n| n >= 1.0,
     );
     // The first member timed its part in both rebalances: its join, and
-    // giving tasks up to the second, from the revocation to the
-    // assignment after it.
-    first.wait_metric(
-        r#"streamfold_runtime_rebalance_callback_duration_seconds_count{event="revoked"}"#,
-        Duration::from_secs(60),
-        |n| n >= 1.0,
-    );
+    // giving tasks up to the second, from the revocation (or the loss of
+    // its assignment, should its session have lapsed meanwhile) to the
+    // assignment after it; and the callback that gave them up.
     first.wait_metric(
         "streamfold_runtime_rebalance_duration_seconds_count",
         Duration::from_secs(60),
         |n| n >= 2.0,
     );
-    assert!(first.metric("streamfold_runtime_rebalance_duration_seconds_sum") > 0.0);
+    let text = first.metrics_text();
+    let callbacks = |event: &str| {
+        parse_metric(
+            &text,
+            &format!(
+                r#"streamfold_runtime_rebalance_callback_duration_seconds_count{{event="{event}"}}"#
+            ),
+        )
+    };
+    assert!(callbacks("revoked") + callbacks("lost") >= 1.0, "{text}");
+    assert!(parse_metric(&text, "streamfold_runtime_rebalance_duration_seconds_sum") > 0.0);
     produce_range(&producer, &names.source, total / 3..2 * total / 3, accounts);
     second.wait_metric(
         "streamfold_fold_eligible_events_total",

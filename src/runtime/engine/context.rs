@@ -209,6 +209,7 @@ impl EngineContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let tasks: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
                 let lost = consumer.assignment_lost();
+                tracing::info!(?tasks, lost, "Tasks revoked.");
                 engine.revoked(consumer, &tasks, lost);
                 let full = engine.partitions_of(&tasks);
                 let result = if cooperative {
