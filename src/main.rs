@@ -82,6 +82,12 @@ struct RunArgs {
     /// Overrides `processing.state_dir`.
     #[arg(long, env = "STREAMFOLD_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// Overrides `kafka.static_membership`: `--static-membership` (or
+    /// `=true`) joins the group as a static member named by the instance
+    /// id, so a restart within the session timeout keeps its tasks without
+    /// a rebalance; `=false` joins as a dynamic member.
+    #[arg(long, env = "STREAMFOLD_STATIC_MEMBERSHIP", num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    static_membership: Option<bool>,
     /// Overrides `processing.threads`: threads that process records
     /// (default: the number of cores).
     #[arg(long, env = "STREAMFOLD_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
@@ -450,6 +456,7 @@ fn run_topology(args: RunArgs, log_format: LogFormat) -> anyhow::Result<ExitClas
         bootstrap_servers,
         instance_id,
         state_dir,
+        static_membership,
         threads,
         metrics_addr,
         stall_timeout,
@@ -479,6 +486,7 @@ fn run_topology(args: RunArgs, log_format: LogFormat) -> anyhow::Result<ExitClas
         bootstrap_servers,
         instance_id: instance_id.unwrap_or_else(default_instance_id),
         state_dir,
+        static_membership,
         threads: threads.map(usize::from),
         properties: property,
         #[cfg(feature = "fault-injection")]

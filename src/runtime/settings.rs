@@ -23,6 +23,8 @@ pub struct RunOptions {
     pub state_dir: Option<PathBuf>,
     /// Overrides `processing.threads`.
     pub threads: Option<usize>,
+    /// Overrides `kafka.static_membership`.
+    pub static_membership: Option<bool>,
     /// librdkafka properties from `-X key=value`, applied last.
     pub properties: Vec<(String, String)>,
     /// Testing aids: transaction stamps, journal, injected faults.
@@ -101,27 +103,33 @@ fn apply_overrides(config: &mut ClientConfig, options: &RunOptions) {
     }
 }
 
-/// `topology` with the `-X message.max.bytes` override (if any) in its
-/// producer settings, where the producer gets it from anyway (`-X` applies
-/// last), so operators size what they emit for the producer that sends it
-/// ([`crate::topology::model::KafkaConfig::max_record_bytes`]).
-pub(crate) fn with_producer_overrides(
-    topology: Arc<Topology>,
-    options: &RunOptions,
-) -> Arc<Topology> {
-    let Some((_, value)) = options
+/// `topology` with what `run`'s options override in it: static membership
+/// (`--static-membership`), and the `-X message.max.bytes` override (if
+/// any) in its producer settings, where the producer gets it from anyway
+/// (`-X` applies last), so operators size what they emit for the producer
+/// that sends it ([`crate::topology::model::KafkaConfig::max_record_bytes`]).
+pub(crate) fn with_overrides(topology: Arc<Topology>, options: &RunOptions) -> Arc<Topology> {
+    let max_bytes = options
         .properties
         .iter()
         .rev()
-        .find(|(k, _)| k == "message.max.bytes")
-    else {
+        .find(|(k, _)| k == "message.max.bytes");
+    let membership = options
+        .static_membership
+        .filter(|&on| on != topology.kafka.static_membership);
+    if max_bytes.is_none() && membership.is_none() {
         return topology;
-    };
+    }
     let mut topology = Topology::clone(&topology);
-    topology
-        .kafka
-        .producer
-        .insert("message.max.bytes".into(), value.clone());
+    if let Some((_, value)) = max_bytes {
+        topology
+            .kafka
+            .producer
+            .insert("message.max.bytes".into(), value.clone());
+    }
+    if let Some(on) = membership {
+        topology.kafka.static_membership = on;
+    }
     Arc::new(topology)
 }
 
@@ -232,4 +240,56 @@ pub fn admin_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     let mut config = base_config(topology, options);
     apply_overrides(&mut config, options);
     config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A topology whose `kafka.static_membership` is `static_membership`.
+    fn topology(static_membership: bool) -> Arc<Topology> {
+        let text = format!(
+            "
+name: shop
+kafka: {{ bootstrap_servers: 'unused:9092', static_membership: {static_membership} }}
+sources:
+  orders: {{ topic: orders }}
+sinks:
+  out: {{ topic: out, input: orders }}
+"
+        );
+        Arc::new(crate::topology::load_str("shop.yaml", &text, &|_| None).unwrap())
+    }
+
+    fn instance_id_of(topology: &Topology, options: &RunOptions) -> Option<String> {
+        consumer_config(topology, options)
+            .get("group.instance.id")
+            .map(str::to_string)
+    }
+
+    /// `--static-membership` turns static membership on or off whatever the
+    /// topology says; without it the topology decides.
+    #[test]
+    fn the_static_membership_flag_overrides_the_topology() {
+        let options = |static_membership| RunOptions {
+            instance_id: "pod-0".into(),
+            static_membership,
+            ..RunOptions::default()
+        };
+        for (declared, flag, member) in [
+            (false, None, None),
+            (true, None, Some("pod-0")),
+            (false, Some(true), Some("pod-0")),
+            (true, Some(false), None),
+        ] {
+            let options = options(flag);
+            let topology = with_overrides(topology(declared), &options);
+            assert_eq!(
+                instance_id_of(&topology, &options).as_deref(),
+                member,
+                "declared {declared}, flag {flag:?}"
+            );
+            assert_eq!(topology.kafka.static_membership, member.is_some());
+        }
+    }
 }

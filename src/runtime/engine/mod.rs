@@ -74,7 +74,7 @@ pub fn run(
     options: RunOptions,
     shutdown: Arc<AtomicBool>,
 ) -> Result<(), RuntimeError> {
-    let topology = settings::with_producer_overrides(topology, &options);
+    let topology = settings::with_overrides(topology, &options);
     Faults::new(&options.hooks)
         .check(FaultPoint::Prepare)
         .map_err(RuntimeError::Commit)?;
