@@ -106,7 +106,7 @@ struct RunArgs {
     /// status 130, as on a second signal (the broker aborts the open
     /// transaction, which is processed again). Keep it below the
     /// supervisor's own limit (a pod's `terminationGracePeriodSeconds`).
-    #[arg(long, env = "STREAMFOLD_STOP_TIMEOUT", value_parser = humantime::parse_duration, default_value = "30s")]
+    #[arg(long, env = "STREAMFOLD_STOP_TIMEOUT", value_parser = humantime::parse_duration, default_value = "45s")]
     stop_timeout: std::time::Duration,
     /// Serve interactive queries of the stores' committed state on this
     /// address (`0.0.0.0:8080`; see docs/queries.md). Off by default.

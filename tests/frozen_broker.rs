@@ -300,7 +300,7 @@ impl Drop for ThawOnDrop {
 /// within the minute a supervisor gives it (the chaos harness's 60 s,
 /// deploy/statefulset.yaml's) rather than wait out its records' timeout
 /// (`transaction.timeout.ms`) and then an abort the broker does not answer
-/// either: at the stop timeout (`--stop-timeout`, 30 s) it exits with
+/// either: at the stop timeout (`--stop-timeout`, 45 s) it exits with
 /// status 130. What it left open costs nothing: once the broker wakes, the
 /// next instance folds every account exactly once.
 #[test]

@@ -58,6 +58,10 @@ impl AppConfig {
     }
 }
 
+/// How long a stop may take before [`App::stop`] takes the process's
+/// stacks.
+const SLOW_STOP: Duration = Duration::from_secs(30);
+
 /// The binary instances run: the one cargo built with these tests, or
 /// `STREAMFOLD_BIN`'s (a copy kept for a long run while the tree is
 /// rebuilt, or another commit's build).
@@ -259,25 +263,35 @@ impl App {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// SIGTERM, then waits for a clean exit.
+    /// SIGTERM, then waits for a clean exit. A process still running after
+    /// [`SLOW_STOP`] has its threads' stacks taken then, before its stop
+    /// timeout (45 s) ends it, so that a stop that fails says what it
+    /// waited in.
     pub fn stop(mut self) -> String {
         if let Some(mut child) = self.child.take() {
             signal(child.id(), "TERM");
-            let deadline = Instant::now() + Duration::from_secs(60);
+            let signalled = Instant::now();
+            let mut slow = None;
             loop {
                 if let Some(status) = child.try_wait().unwrap() {
+                    let stacks = slow.as_deref().unwrap_or("(it stopped within 30 s)");
                     assert!(
                         status.success(),
-                        "streamfold exited with {status} after SIGTERM; log:\n{}",
-                        self.log_text()
+                        "streamfold exited with {status} after SIGTERM; log:\n{}\nits threads {:?} \
+                         after the signal:\n{stacks}",
+                        self.log_text(),
+                        SLOW_STOP
                     );
                     break;
                 }
-                if Instant::now() >= deadline {
-                    let stacks = stacks(child.id());
+                if slow.is_none() && signalled.elapsed() >= SLOW_STOP {
+                    slow = Some(stacks(child.id()));
+                }
+                if signalled.elapsed() >= Duration::from_secs(60) {
                     panic!(
-                        "streamfold did not stop within 60s; log:\n{}\nits threads:\n{stacks}",
-                        self.log_text()
+                        "streamfold did not stop within 60s; log:\n{}\nits threads:\n{}",
+                        self.log_text(),
+                        stacks(child.id())
                     );
                 }
                 std::thread::sleep(Duration::from_millis(50));
