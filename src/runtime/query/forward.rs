@@ -11,7 +11,8 @@
 //! asking again will not cure.
 //!
 //! The client is hyper's (hyper-util's pooled legacy client, keep-alive):
-//! hyper already serves; a second HTTP stack would add weight for nothing.
+//! the server is axum on the same hyper; a second HTTP stack would add
+//! weight for nothing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -12,18 +12,20 @@
 //!   commits. A task that restores answers `503` with `Retry-After`.
 //! - [`endpoints`] advertises which tasks this instance runs, and at which
 //!   address, on the compacted topic `<app>-query-endpoints`.
-//! - [`server`] serves HTTP and checks the bearer token; `reads` answers
-//!   lookups and scans (paged with a cursor) from local tasks, and
-//!   `forward` asks the owners of the others, all at once; `metadata`
-//!   tells which partition and instance hold a key, and lists the
-//!   instances; `keys` reads keys, bounds and cursors from a request and
-//!   writes them into answers (`text` or `base64`).
+//! - [`server`] serves HTTP; `routes` routes it (axum) and checks the
+//!   bearer token; `reads` answers lookups and scans (paged with a
+//!   cursor) from local tasks, and `forward` asks the owners of the
+//!   others, all at once; `metadata` tells which partition and instance
+//!   hold a key, and lists the instances; `keys` reads keys, bounds and
+//!   cursors from a request and writes them into answers (`text` or
+//!   `base64`).
 
 pub mod endpoints;
 mod forward;
 mod keys;
 mod metadata;
 mod reads;
+mod routes;
 pub mod server;
 #[cfg(test)]
 mod tests;

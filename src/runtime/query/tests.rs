@@ -302,7 +302,19 @@ fn a_restoring_or_unowned_task_answers_503_and_a_running_one_its_committed_value
     );
     let answer = request(a.addr(), "POST", "/v1/stores", &[]);
     assert_eq!(answer.status, 405);
-    assert_eq!(answer.headers["allow"], "GET");
+    assert!(
+        answer.headers["allow"].contains("GET"),
+        "{:?}",
+        answer.headers
+    );
+    assert_eq!(answer.body["error"], json!("only GET is served"));
+    // Unknown paths, also under a store.
+    for path in ["/v2", "/v1/stores/by_id-latest/keys/k/other", "/v1/stores/"] {
+        assert_eq!(get(a.addr(), path).status, 404, "{path}");
+    }
+    // A key with an encoded slash is one key.
+    let answer = get(a.addr(), "/v1/stores/by_id-latest/keys/a%2Fb/metadata");
+    assert_eq!(answer.body["key"], json!("a/b"), "{}", answer.body);
     a.server.stop();
 }
 
