@@ -139,10 +139,19 @@ pub(crate) async fn scan(
 
 /// The first `limit` of `found` in key order, and the cursor after them
 /// when more remain.
+///
+/// A page never ends between two entries of one key (a store keyed by
+/// the record key may hold a key on two partitions, if its producer
+/// changed partitioner): the cursor resumes after the key, so the page
+/// takes them all, one more than `limit` if need be.
 fn page(mut found: Vec<Found>, limit: usize) -> (Vec<Found>, Option<String>) {
     found.sort_by(|a, b| (&a.key, a.partition).cmp(&(&b.key, b.partition)));
-    let more = found.len() > limit;
-    found.truncate(limit);
+    let mut keep = limit.min(found.len());
+    while keep > 0 && keep < found.len() && found[keep].key == found[keep - 1].key {
+        keep += 1;
+    }
+    let more = found.len() > keep;
+    found.truncate(keep);
     let next = more
         .then(|| found.last().map(|f| ScanBounds::cursor(&f.key)))
         .flatten();
@@ -311,5 +320,13 @@ mod tests {
         let (all, next) = page(vec![found("a", 1), found("b", 0)], 2);
         assert_eq!(all.len(), 2);
         assert_eq!(next, None, "nothing left over: the last page");
+        // One key on two partitions is not split across pages.
+        let (both, next) = page(vec![found("b", 1), found("a", 0), found("b", 0)], 2);
+        let entries: Vec<(&[u8], i32)> = both
+            .iter()
+            .map(|f| (f.key.as_slice(), f.partition))
+            .collect();
+        assert_eq!(entries, [(&b"a"[..], 0), (&b"b"[..], 0), (&b"b"[..], 1)]);
+        assert_eq!(next, None);
     }
 }
