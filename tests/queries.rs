@@ -23,7 +23,7 @@ const UPDATES: i64 = 3;
 /// runtime routes keys through a repartition topic, so a key's task is
 /// known), one by the record key (the producer chose the partition, so a
 /// lookup asks every task).
-fn topology(dir: &Path, app: &str, source: &str) -> PathBuf {
+fn topology(dir: &Path, app: &str, source: &str, extra: &str) -> PathBuf {
     let yaml = format!(
         r#"name: {app}
 kafka:
@@ -55,11 +55,20 @@ sinks:
     create: true
 dead_letter:
   topic: {app}-dlq
-"#
+{extra}"#
     );
     let path = dir.join("queries.yaml");
     std::fs::write(&path, yaml).unwrap();
     path
+}
+
+/// A record key that is not UTF-8, for the store keyed by the record key
+/// (its `id`, for the other store, is [`BINARY_ID`]).
+const BINARY_KEY: &[u8] = &[0xff, 0xfe, b'k'];
+const BINARY_ID: &str = "binary-key";
+
+fn binary_update() -> Value {
+    json!({ "id": BINARY_ID, "seq": 1, "score": 0 })
 }
 
 fn key(i: usize) -> String {
@@ -79,13 +88,22 @@ struct Answer {
 
 /// `GET http://<addr><path>`, one connection per request.
 fn get(addr: &str, path: &str) -> Answer {
+    get_with(addr, path, &[])
+}
+
+/// [`get`] with more request headers.
+fn get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
     let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut raw = Vec::new();
@@ -186,11 +204,16 @@ struct Setup {
 
 impl Setup {
     fn new(test: &str) -> Setup {
+        Setup::with(test, "")
+    }
+
+    /// [`Setup::new`] with `extra` at the end of the topology.
+    fn with(test: &str, extra: &str) -> Setup {
         let dir = temp_dir();
         let app = unique(&format!("sf-q-{test}"));
         let source = unique("updates");
         create_topic(&source, 4);
-        let topology = topology(dir.path(), &app, &source);
+        let topology = topology(dir.path(), &app, &source, extra);
         Setup {
             dir,
             app,
@@ -218,6 +241,8 @@ impl Setup {
                 producer.send_json(&self.source, &key(i), &update(i, seq));
             }
         }
+        let binary = serde_json::to_vec(&binary_update()).unwrap();
+        producer.send(&self.source, Some(BINARY_KEY), &binary, &[]);
         producer.flush();
         let end = producer.ends(&self.source, 4);
         wait_committed_to(app, &self.app, &self.source, &end, Duration::from_secs(180));
@@ -324,6 +349,235 @@ fn every_key_is_answered_from_either_instance_with_its_committed_value() {
         );
         assert_eq!(get(addr, "/v1/stores/by_id-latest?limit=0").status, 400);
         assert_eq!(get(addr, "/v2").status, 404);
+    }
+
+    pages_walk_every_key_once(&[&addr_a, &addr_b]);
+    binary_keys_round_trip(&[&addr_a, &addr_b]);
+    metadata_names_the_owner(&addr_a, &addr_b);
+    a.stop();
+    b.stop();
+}
+
+fn decode_base64url(text: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+fn encode_base64url(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The keys of `store` page by page, `limit` at a time, following `next`;
+/// and how many pages it took.
+fn walk(addr: &str, store: &str, limit: usize, headers: &[(&str, &str)]) -> (Vec<Vec<u8>>, usize) {
+    let mut keys = Vec::new();
+    let mut cursor = String::new();
+    for pages in 1.. {
+        let path = format!("/v1/stores/{store}?limit={limit}&key_encoding=base64{cursor}");
+        let page = get_with(addr, &path, headers);
+        assert_eq!(page.status, 200, "{addr}{path}: {}", page.body);
+        let entries = page.body["entries"].as_array().unwrap();
+        assert!(entries.len() <= limit);
+        keys.extend(
+            entries
+                .iter()
+                .map(|e| decode_base64url(e["key"].as_str().unwrap())),
+        );
+        assert_eq!(page.body["truncated"], json!(!page.body["next"].is_null()));
+        match page.body["next"].as_str() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => return (keys, pages),
+        }
+    }
+    unreachable!()
+}
+
+/// Following `next` from either instance walks every key of each store
+/// once, in key order, across the four partitions; `from`/`to` bound a
+/// range, both ends included.
+fn pages_walk_every_key_once(addrs: &[&str]) {
+    for addr in addrs {
+        for (store, odd) in [
+            ("by_id-latest", BINARY_ID.as_bytes()),
+            ("by_key-latest", BINARY_KEY),
+        ] {
+            let mut expected: Vec<Vec<u8>> = (0..KEYS).map(|i| key(i).into_bytes()).collect();
+            expected.push(odd.to_vec());
+            expected.sort();
+            let (walked, pages) = walk(addr, store, 37, &[]);
+            assert_eq!(walked.len(), expected.len(), "{addr} {store}");
+            assert_eq!(walked, expected, "{addr} {store}");
+            assert_eq!(pages, expected.len().div_ceil(37));
+            let range = get(
+                addr,
+                &format!("/v1/stores/{store}?from=user-0100&to=user-0109"),
+            );
+            let keys: Vec<&str> = range.body["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["key"].as_str().unwrap())
+                .collect();
+            let expected: Vec<String> = (100..110).map(key).collect();
+            assert_eq!(keys, expected, "{addr} {store}: {}", range.body);
+            assert_eq!(range.body["next"], Value::Null);
+        }
+    }
+}
+
+/// A record key that is not UTF-8 is asked and answered in base64url; in
+/// text its exact bytes come as `key_base64`.
+fn binary_keys_round_trip(addrs: &[&str]) {
+    let encoded = encode_base64url(BINARY_KEY);
+    for addr in addrs {
+        let path = format!("/v1/stores/by_key-latest/keys/{encoded}?key_encoding=base64");
+        let answer = get(addr, &path);
+        assert_eq!(answer.status, 200, "{addr}{path}: {}", answer.body);
+        assert_eq!(answer.body["key"], json!(encoded));
+        assert_eq!(answer.body["value"]["value"], binary_update());
+        let text = get(addr, "/v1/stores/by_key-latest?from=%FF");
+        let entries = text.body["entries"].as_array().unwrap();
+        assert_eq!(entries.len(), 1, "{}", text.body);
+        assert_eq!(entries[0]["key_base64"], json!(encoded));
+    }
+}
+
+/// Which partition and instance hold a key, as either instance sees it;
+/// a key its owner does not have is `404`, also when asked of the other
+/// instance; the instance list gives every task once.
+fn metadata_names_the_owner(addr_a: &str, addr_b: &str) {
+    let instances = get(addr_a, "/v1/instances");
+    assert_eq!(instances.status, 200);
+    let list = instances.body["instances"].as_array().unwrap();
+    let ids: Vec<&str> = list
+        .iter()
+        .map(|i| i["instance"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a", "b"], "{}", instances.body);
+    let addresses: Vec<&str> = list
+        .iter()
+        .map(|i| i["address"].as_str().unwrap())
+        .collect();
+    assert_eq!(addresses, [addr_a, addr_b]);
+    let mut tasks: Vec<i64> = list
+        .iter()
+        .flat_map(|i| i["running"].as_array().unwrap())
+        .map(|t| t.as_i64().unwrap())
+        .collect();
+    tasks.sort();
+    assert_eq!(tasks, [0, 1, 2, 3]);
+    let owner_of = |task: i64| {
+        list.iter()
+            .find(|i| i["running"].as_array().unwrap().contains(&json!(task)))
+            .map(|i| i["instance"].clone())
+            .unwrap()
+    };
+    for addr in [addr_a, addr_b] {
+        for i in (0..KEYS).step_by(10) {
+            let path = format!("/v1/stores/by_id-latest/keys/{}/metadata", key(i));
+            let metadata = get(addr, &path).body;
+            assert_eq!(
+                metadata["status"],
+                json!("running"),
+                "{addr}{path}: {metadata}"
+            );
+            let partition = metadata["partition"].as_i64().unwrap();
+            assert_eq!(metadata["active"]["instance"], owner_of(partition));
+            let value = get(addr, &format!("/v1/stores/by_id-latest/keys/{}", key(i)));
+            assert_eq!(value.body["partition"], json!(partition));
+        }
+        let unrouted = get(
+            addr,
+            &format!("/v1/stores/by_key-latest/keys/{}/metadata", key(1)),
+        )
+        .body;
+        assert_eq!(unrouted["partition"], Value::Null, "{unrouted}");
+        assert_eq!(unrouted["partitions"].as_array().unwrap().len(), 4);
+    }
+    // Missing keys whose partition the other instance runs: the owner's
+    // "no such key" is a 404 here too.
+    for (addr, other) in [(addr_a, "b"), (addr_b, "a")] {
+        let missing = (0..)
+            .map(|n| format!("nobody-{n}"))
+            .find(|k| {
+                let path = format!("/v1/stores/by_id-latest/keys/{k}/metadata");
+                get(addr, &path).body["active"]["instance"] == json!(other)
+            })
+            .unwrap();
+        let answer = get(addr, &format!("/v1/stores/by_id-latest/keys/{missing}"));
+        assert_eq!(answer.status, 404, "{addr} {missing}: {}", answer.body);
+        assert_eq!(answer.body["error"], json!("no such key"));
+    }
+}
+
+#[test]
+fn with_a_token_only_requests_that_carry_it_are_answered_and_forwarding_needs_it_too() {
+    let _serial = serial();
+    // The token from a file, as a mounted secret would give it.
+    let secrets = temp_dir();
+    let token_file = secrets.path().join("query-token");
+    std::fs::write(&token_file, "t0ken-Of-the-test\n").unwrap();
+    let setup = Setup::with(
+        "token",
+        &format!("queries:\n  token: ${{file:{}}}\n", token_file.display()),
+    );
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = App::start(&setup.config("a", port_a), setup.dir.path());
+    let b = App::start(&setup.config("b", port_b), setup.dir.path());
+    let (addr_a, addr_b) = (format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}"));
+    wait_running(&[&a, &b], 4.0);
+    setup.produce_all(&a);
+    let bearer = [("Authorization", "Bearer t0ken-Of-the-test")];
+
+    // With the token every key is answered from either instance, half of
+    // them forwarded to the other one with the token.
+    for addr in [&addr_a, &addr_b] {
+        for store in ["by_id-latest", "by_key-latest"] {
+            for i in (0..KEYS).step_by(5) {
+                let path = format!("/v1/stores/{store}/keys/{}", key(i));
+                let deadline = Instant::now() + Duration::from_secs(60);
+                loop {
+                    let answer = get_with(addr, &path, &bearer);
+                    if check_key(&answer, store, i, addr) {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "{addr}{path} stays unavailable");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        let (walked, _) = walk(addr, "by_key-latest", 150, &bearer);
+        assert_eq!(walked.len(), KEYS + 1);
+    }
+    // Without it, or with another, nothing; nor with the forwarded header.
+    for addr in [&addr_a, &addr_b] {
+        for path in [
+            "/v1/stores",
+            "/v1/instances",
+            "/v1/stores/by_id-latest/keys/user-0001",
+        ] {
+            let refused = get(addr, path);
+            assert_eq!(refused.status, 401, "{addr}{path}: {}", refused.body);
+            assert_eq!(
+                refused.headers.get("www-authenticate").map(String::as_str),
+                Some("Bearer")
+            );
+            let wrong = get_with(addr, path, &[("Authorization", "Bearer t0ken")]);
+            assert_eq!(wrong.status, 401);
+        }
+        let forged = get_with(
+            addr,
+            "/v1/stores/by_key-latest?tasks=0,1,2,3",
+            &[("x-streamfold-forwarded", "a")],
+        );
+        assert_eq!(forged.status, 401, "{}", forged.body);
+    }
+    // The token never reaches the log.
+    for app in [&a, &b] {
+        assert!(!app.log_text().contains("t0ken-Of-the-test"));
     }
     a.stop();
     b.stop();

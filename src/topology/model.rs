@@ -72,6 +72,14 @@ pub struct QueriesConfig {
     /// `addr`.
     #[serde(default)]
     pub advertised_addr: Option<String>,
+    /// A bearer token every query must carry (`Authorization: Bearer
+    /// <token>`, else `401`), forwarded ones between instances included;
+    /// every instance needs the same. Write `${file:/path}` or `${VAR}`
+    /// rather than the token itself; shown as `***`. Without it any
+    /// client that reaches the port is answered, and the port must be
+    /// private.
+    #[serde(default)]
+    pub token: Option<Secret>,
 }
 
 /// Connection to Kafka. Values may use `${VAR}` or `${VAR:-default}`.

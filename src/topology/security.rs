@@ -372,6 +372,9 @@ impl Topology {
         {
             out.push(password);
         }
+        if let Some(token) = &self.queries.token {
+            out.push(token.expose());
+        }
         out.retain(|s| !s.is_empty());
         out
     }

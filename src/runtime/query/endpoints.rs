@@ -3,7 +3,7 @@
 //! Each instance with `--query-addr` writes `instance id → {address,
 //! running tasks}` to the compacted, one-partition topic
 //! `<app>-query-endpoints` whenever its running tasks change (and every
-//! [`REFRESH`], and with no tasks when it stops), and tails the topic from
+//! [`REFRESH`]; a tombstone when it stops), and tails the topic from
 //! the beginning. The group protocol cannot carry it: rust-rdkafka exposes
 //! no member metadata of our own.
 //!
@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -51,30 +51,83 @@ pub(crate) struct Endpoint {
     pub(crate) at: i64,
 }
 
-/// The other instances' entries, by instance id.
+/// The instances' entries, by instance id, and where this one answers.
 #[derive(Default)]
 pub struct Directory {
     entries: RwLock<HashMap<String, Endpoint>>,
+    /// This instance's advertised address, once known.
+    own_address: OnceLock<String>,
+}
+
+/// Another instance that runs a task, as the directory knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Owner {
+    pub(crate) instance: String,
+    pub(crate) address: String,
 }
 
 impl Directory {
     /// The address of another instance that runs `task`.
     pub(crate) fn owner(&self, task: i32, me: &str) -> Option<String> {
-        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
-        entries
-            .iter()
-            .filter(|(id, e)| id.as_str() != me && e.running.contains(&task))
-            .max_by_key(|(id, e)| (e.at, id.as_str()))
-            .map(|(_, e)| e.address.clone())
+        self.owner_of(task, me).map(|o| o.address)
     }
 
-    fn set(&self, instance: String, endpoint: Option<Endpoint>) {
+    /// The other instance that runs `task`: of several claims, the newest.
+    pub(crate) fn owner_of(&self, task: i32, me: &str) -> Option<Owner> {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        newest_claim(&entries, task, me).map(|(id, e)| Owner {
+            instance: id.clone(),
+            address: e.address.clone(),
+        })
+    }
+
+    /// Every other instance's entry, by id, with its `running` list cut to
+    /// the tasks it is the owner of (the newest claim).
+    pub(crate) fn others(&self, me: &str) -> Vec<(String, Endpoint)> {
+        let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<(String, Endpoint)> = entries
+            .iter()
+            .filter(|(id, _)| id.as_str() != me)
+            .map(|(id, e)| {
+                let mut owned = e.clone();
+                owned.running.retain(|&task| {
+                    newest_claim(&entries, task, me).is_some_and(|(owner, _)| owner == id)
+                });
+                (id.clone(), owned)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Records where this instance answers (for the instance list).
+    pub(crate) fn set_own_address(&self, address: String) {
+        let _ = self.own_address.set(address);
+    }
+
+    pub(crate) fn own_address(&self) -> Option<&str> {
+        self.own_address.get().map(String::as_str)
+    }
+
+    pub(crate) fn set(&self, instance: String, endpoint: Option<Endpoint>) {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
         match endpoint {
             Some(endpoint) => entries.insert(instance, endpoint),
             None => entries.remove(&instance),
         };
     }
+}
+
+/// The newest claim on `task` among instances other than `me`.
+fn newest_claim<'a>(
+    entries: &'a HashMap<String, Endpoint>,
+    task: i32,
+    me: &str,
+) -> Option<(&'a String, &'a Endpoint)> {
+    entries
+        .iter()
+        .filter(|(id, e)| id.as_str() != me && e.running.contains(&task))
+        .max_by_key(|(id, e)| (e.at, id.as_str()))
 }
 
 /// Creates the directory topic if it is missing.
@@ -179,8 +232,12 @@ impl Advertiser {
                         }
                     }
                 }
-                // Stopping: no task answers here any more.
-                publish(Vec::new());
+                // Stopping: the entry goes (a tombstone), so no task is
+                // asked here and the instance leaves the instance list.
+                let gone = BaseRecord::<String, [u8]>::to(&topic).key(&instance);
+                if let Err((error, _)) = producer.send(gone) {
+                    tracing::warn!(%error, "Cannot withdraw this instance's query endpoint.");
+                }
                 let _ = producer.flush(Duration::from_secs(5));
             })
             .map_err(|source| RuntimeError::Resources {
@@ -193,7 +250,7 @@ impl Advertiser {
         })
     }
 
-    /// Publishes that this instance runs nothing and stops.
+    /// Withdraws this instance's entry and stops.
     pub(crate) fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
@@ -225,6 +282,20 @@ mod tests {
         // A dead instance's entry loses to the newer claim.
         directory.set("c".into(), entry("c:1", vec![2], 20));
         assert_eq!(directory.owner(2, "a").as_deref(), Some("c:1"));
+        assert_eq!(
+            directory.owner_of(2, "a"),
+            Some(Owner {
+                instance: "c".into(),
+                address: "c:1".into()
+            })
+        );
+        // The instance list gives each task to its newest claim only.
+        let others = directory.others("a");
+        let running: Vec<(&str, &[i32])> = others
+            .iter()
+            .map(|(id, e)| (id.as_str(), e.running.as_slice()))
+            .collect();
+        assert_eq!(running, [("b", &[][..]), ("c", &[2][..])]);
         directory.set("c".into(), None);
         directory.set("b".into(), None);
         assert_eq!(directory.owner(2, "a"), None);

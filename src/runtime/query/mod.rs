@@ -11,11 +11,24 @@
 //!   write-back overlay keeps uncommitted writes until their transaction
 //!   commits. A task that restores answers `503` with `Retry-After`.
 //! - [`endpoints`] advertises which tasks this instance runs, and at which
-//!   address, on the compacted topic `<app>-query-endpoints`; [`server`]
-//!   answers for local tasks and forwards the rest to their owner.
+//!   address, on the compacted topic `<app>-query-endpoints`.
+//! - [`server`] serves HTTP; `routes` routes it (axum) and checks the
+//!   bearer token; `reads` answers lookups and scans (paged with a
+//!   cursor) from local tasks, and `forward` asks the owners of the
+//!   others, all at once; `metadata` tells which partition and instance
+//!   hold a key, and lists the instances; `keys` reads keys, bounds and
+//!   cursors from a request and writes them into answers (`text` or
+//!   `base64`).
 
 pub mod endpoints;
+mod forward;
+mod keys;
+mod metadata;
+mod reads;
+mod routes;
 pub mod server;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,8 +40,8 @@ use serde_json::Value;
 
 use super::RuntimeError;
 use super::settings::RunOptions;
-use crate::state::prefix_end;
 use crate::topology::Topology;
+use keys::KeyRange;
 
 /// The most entries one scan returns.
 pub(crate) const MAX_SCAN_LIMIT: usize = 10_000;
@@ -173,6 +186,21 @@ impl QueryState {
             .collect()
     }
 
+    /// Tasks that restore here, in order.
+    pub(crate) fn restoring(&self) -> Vec<i32> {
+        self.read()
+            .iter()
+            .filter(|(_, e)| !e.running)
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
+    /// Whether `task` runs here (`Some(true)`), restores here
+    /// (`Some(false)`) or is not a task of this instance (`None`).
+    pub(crate) fn local(&self, task: i32) -> Option<bool> {
+        self.read().get(&task).map(|e| e.running)
+    }
+
     /// The committed value of `key` in `store` of `task`, if the task runs
     /// here (`Err(local)` otherwise).
     pub(crate) fn get(
@@ -197,13 +225,13 @@ impl QueryState {
         }
     }
 
-    /// Up to `limit` committed entries of `store` of `task` whose key starts
-    /// with `prefix`, in key order.
+    /// Up to `limit` committed entries of `store` of `task` in `range`, in
+    /// key order.
     pub(crate) fn scan(
         &self,
         task: i32,
         store: &str,
-        prefix: &[u8],
+        range: &KeyRange,
         limit: usize,
     ) -> Result<ReadEntries, ReadError> {
         let tasks = self.read();
@@ -213,15 +241,19 @@ impl QueryState {
                 "task {task} has no store `{store}`"
             )));
         };
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut read = ReadOptions::default();
-        if let Some(end) = prefix_end(prefix) {
-            read.set_iterate_upper_bound(end);
+        if let Some(end) = &range.end {
+            read.set_iterate_upper_bound(end.clone());
         }
         let mut out = Vec::new();
-        let iter =
-            entry
-                .db
-                .iterator_cf_opt(cf, read, IteratorMode::From(prefix, Direction::Forward));
+        let iter = entry.db.iterator_cf_opt(
+            cf,
+            read,
+            IteratorMode::From(&range.start, Direction::Forward),
+        );
         for item in iter.take(limit) {
             let (key, value) = item.map_err(|e| ReadError::Failed(e.to_string()))?;
             let value = serde_json::from_slice(&value)
@@ -265,7 +297,15 @@ impl Queries {
             Arc::clone(&state),
             Arc::clone(&directory),
         );
-        let server = server::QueryServer::start(addr, context)?;
+        let token = match &topology.queries.token {
+            Some(token) if token.is_empty() => {
+                return Err(RuntimeError::Settings(
+                    "queries.token is empty; set a secret (e.g. ${file:/run/secrets/query-token}) or remove it".into(),
+                ));
+            }
+            token => token.clone(),
+        };
+        let server = server::QueryServer::start(addr, context.with_token(token))?;
         let advertised = match options
             .query_advertised_addr
             .as_ref()
@@ -279,6 +319,7 @@ impl Queries {
             }
             None => server.addr.to_string(),
         };
+        directory.set_own_address(advertised.clone());
         let advertiser = endpoints::Advertiser::start(
             &config,
             &topology.name,
@@ -297,72 +338,5 @@ impl Queries {
     pub(crate) fn stop(self) {
         self.advertiser.stop();
         self.server.stop();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::rocks::{RocksBackend, RocksResources};
-    use crate::state::{RawWrite, StateBackend};
-
-    fn backend(dir: &std::path::Path, state: &Arc<QueryState>, task: i32) -> RocksBackend {
-        let mut backend =
-            RocksBackend::open(dir, &["n-latest".to_string()], &RocksResources::default()).unwrap();
-        let db = backend.shared();
-        state.opened(task, Arc::clone(&db));
-        let hook_state = Arc::clone(state);
-        backend.on_close(Box::new(move || hook_state.closing(task, &db)));
-        backend
-    }
-
-    #[test]
-    fn only_running_tasks_answer_and_closing_releases_the_database() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = QueryState::new();
-        let mut db = backend(dir.path(), &state, 3);
-        db.apply(
-            &[
-                RawWrite {
-                    store: 0,
-                    key: b"a1".as_slice().into(),
-                    value: Some(br#"{"v":1}"#.as_slice().into()),
-                },
-                RawWrite {
-                    store: 0,
-                    key: b"b1".as_slice().into(),
-                    value: Some(br#"{"v":2}"#.as_slice().into()),
-                },
-            ],
-            &[],
-        )
-        .unwrap();
-        assert_eq!(
-            state.get(3, "n-latest", b"a1").unwrap_err(),
-            ReadError::Unavailable(Local::Restoring)
-        );
-        let before = state.generation();
-        state.started(3);
-        assert!(state.generation() > before);
-        assert_eq!(state.running(), vec![3]);
-        assert_eq!(
-            state.get(3, "n-latest", b"a1").unwrap(),
-            Some(serde_json::json!({"v": 1}))
-        );
-        assert_eq!(state.get(3, "n-latest", b"zz").unwrap(), None);
-        let scanned = state.scan(3, "n-latest", b"b", 10).unwrap();
-        assert_eq!(scanned.len(), 1);
-        assert_eq!(scanned[0].0, b"b1");
-        assert_eq!(
-            state.get(1, "n-latest", b"a1").unwrap_err(),
-            ReadError::Unavailable(Local::Absent)
-        );
-        drop(db);
-        assert_eq!(
-            state.get(3, "n-latest", b"a1").unwrap_err(),
-            ReadError::Unavailable(Local::Absent)
-        );
-        // The database closed with the backend: it opens again at once.
-        let _again = backend(dir.path(), &state, 3);
     }
 }

@@ -1,0 +1,332 @@
+//! Point lookups and scans: which tasks to ask, reading the local ones,
+//! asking the owners of the others (all at once, see [`super::forward`])
+//! and shaping the answer.
+//!
+//! A scan reads at most `limit + 1` entries of each task from where the
+//! page starts; merged in key order, the first `limit` are the page, and
+//! an entry left over means more remain: the page then carries `next`, a
+//! cursor that starts the following page just after its last key. So
+//! following `next` until it is absent walks every key of the store once,
+//! in key order, across every partition.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hyper::StatusCode;
+use serde_json::{Value, json};
+
+use super::forward::fan_out;
+use super::keys::{KeyEncoding, Params, ScanBounds, percent_decode};
+use super::server::{Context, Refusal, Reply, error, reply};
+use super::{Local, MAX_SCAN_LIMIT, QueryableStore, ReadError};
+use crate::task::partitioner::partition_for;
+
+/// Entries a scan returns when the request names no `limit`.
+const DEFAULT_SCAN_LIMIT: usize = 100;
+
+/// What a request asks of each task.
+#[derive(Clone, Debug)]
+pub(crate) enum Op {
+    Get(Vec<u8>),
+    /// A page of at most `limit` entries within `bounds`.
+    Scan {
+        bounds: ScanBounds,
+        limit: usize,
+    },
+}
+
+/// One entry found.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Found {
+    pub(crate) key: Vec<u8>,
+    pub(crate) partition: i32,
+    pub(crate) value: Value,
+}
+
+/// `GET /v1/stores/<store>/keys/<key>`.
+pub(crate) async fn lookup(
+    context: &Arc<Context>,
+    store: &QueryableStore,
+    key: &str,
+    encoding: KeyEncoding,
+    params: &Params,
+    forwarded: bool,
+) -> Reply {
+    let key = match encoding.decode(&percent_decode(key)) {
+        Ok(key) => key,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let op = Op::Get(key.clone());
+    let tasks = match tasks_for(context, store, &op, params, forwarded) {
+        Ok(tasks) => tasks,
+        Err(refusal) => return refusal.reply(),
+    };
+    match answer(context, store, &op, &tasks, forwarded).await {
+        Err(refusal) => refusal.reply(),
+        Ok(found) if forwarded => entries(&found, encoding),
+        Ok(found) => match found.into_iter().next() {
+            Some(found) => {
+                let mut body = json!({
+                    "store": store.name,
+                    "partition": found.partition,
+                    "value": found.value,
+                });
+                encoding.put(&mut body, &found.key);
+                reply(StatusCode::OK, &body)
+            }
+            None => {
+                let mut body = json!({ "error": "no such key", "store": store.name });
+                encoding.put(&mut body, &key);
+                reply(StatusCode::NOT_FOUND, &body)
+            }
+        },
+    }
+}
+
+/// `GET /v1/stores/<store>?…`: one page.
+pub(crate) async fn scan(
+    context: &Arc<Context>,
+    store: &QueryableStore,
+    params: &Params,
+    encoding: KeyEncoding,
+    forwarded: bool,
+) -> Reply {
+    let limit = match params
+        .get("limit")
+        .map(|l| String::from_utf8_lossy(l).parse())
+    {
+        None => DEFAULT_SCAN_LIMIT,
+        Some(Ok(limit)) if (1..=MAX_SCAN_LIMIT).contains(&limit) => limit,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("limit must be a number from 1 to {MAX_SCAN_LIMIT}"),
+            );
+        }
+    };
+    let bounds = match ScanBounds::from_params(params, encoding) {
+        Ok(bounds) => bounds,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let op = Op::Scan {
+        bounds: bounds.clone(),
+        limit,
+    };
+    let tasks = match tasks_for(context, store, &op, params, forwarded) {
+        Ok(tasks) => tasks,
+        Err(refusal) => return refusal.reply(),
+    };
+    match answer(context, store, &op, &tasks, forwarded).await {
+        Err(refusal) => refusal.reply(),
+        Ok(found) if forwarded => entries(&found, encoding),
+        Ok(found) => {
+            let (page, next) = page(found, limit);
+            let mut body = entries_json(&page, encoding);
+            body["store"] = json!(store.name);
+            body["prefix"] = json!(encoding.show(&bounds.prefix));
+            if let Some(from) = &bounds.from {
+                body["from"] = json!(encoding.show(from));
+            }
+            if let Some(to) = &bounds.to {
+                body["to"] = json!(encoding.show(to));
+            }
+            body["truncated"] = json!(next.is_some());
+            body["next"] = json!(next);
+            reply(StatusCode::OK, &body)
+        }
+    }
+}
+
+/// The first `limit` of `found` in key order, and the cursor after them
+/// when more remain.
+///
+/// A page never ends between two entries of one key (a store keyed by
+/// the record key may hold a key on two partitions, if its producer
+/// changed partitioner): the cursor resumes after the key, so the page
+/// takes them all, one more than `limit` if need be.
+fn page(mut found: Vec<Found>, limit: usize) -> (Vec<Found>, Option<String>) {
+    found.sort_by(|a, b| (&a.key, a.partition).cmp(&(&b.key, b.partition)));
+    let mut keep = limit.min(found.len());
+    while keep > 0 && keep < found.len() && found[keep].key == found[keep - 1].key {
+        keep += 1;
+    }
+    let more = found.len() > keep;
+    found.truncate(keep);
+    let next = more
+        .then(|| found.last().map(|f| ScanBounds::cursor(&f.key)))
+        .flatten();
+    (found, next)
+}
+
+/// The tasks to ask: those a forwarding instance named, the key's task
+/// when the runtime routes the store's keys, every task otherwise.
+fn tasks_for(
+    context: &Context,
+    store: &QueryableStore,
+    op: &Op,
+    params: &Params,
+    forwarded: bool,
+) -> Result<Vec<i32>, Refusal> {
+    let partitions = context.state.partitions();
+    if partitions <= 0 {
+        return Err(Refusal::Unavailable("the instance is starting".into()));
+    }
+    if forwarded {
+        let list = String::from_utf8_lossy(params.get("tasks").map_or(&[][..], |t| t));
+        return list
+            .split(',')
+            .filter(|t| !t.is_empty())
+            .map(|t| {
+                t.parse::<i32>()
+                    .ok()
+                    .filter(|t| (0..partitions).contains(t))
+            })
+            .collect::<Option<Vec<i32>>>()
+            .ok_or_else(|| Refusal::Status(StatusCode::BAD_REQUEST, "bad `tasks` list".into()));
+    }
+    Ok(match op {
+        Op::Get(key) if store.routed => vec![partition_for(key, partitions)],
+        _ => (0..partitions).collect(),
+    })
+}
+
+/// Entries of `tasks` matching `op`, from local tasks and their owners.
+///
+/// A lookup that finds its key answers it even when another task could
+/// not be asked (a key lives on one task); otherwise any task that could
+/// not be asked makes the answer a refusal, never a partial one.
+async fn answer(
+    context: &Arc<Context>,
+    store: &QueryableStore,
+    op: &Op,
+    tasks: &[i32],
+    forwarded: bool,
+) -> Result<Vec<Found>, Refusal> {
+    let mut found = Vec::new();
+    let mut refusal: Option<Refusal> = None;
+    let mut remote: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for &task in tasks {
+        match read_local(context, store, op, task) {
+            Ok(entries) => found.extend(entries),
+            Err(ReadError::Failed(message)) => {
+                tracing::warn!(task, store = %store.name, %message, "A query read failed.");
+                return Err(Refusal::Status(StatusCode::INTERNAL_SERVER_ERROR, message));
+            }
+            Err(ReadError::Unavailable(Local::Restoring)) => {
+                refusal.get_or_insert(Refusal::Unavailable(format!(
+                    "partition {task} is restoring"
+                )));
+            }
+            Err(ReadError::Unavailable(Local::Absent)) if forwarded => {
+                refusal.get_or_insert(Refusal::Unavailable(format!(
+                    "partition {task} does not run on this instance (it moved)"
+                )));
+            }
+            Err(ReadError::Unavailable(Local::Absent)) => {
+                match context.directory.owner(task, &context.instance) {
+                    Some(address) => remote.entry(address).or_default().push(task),
+                    None => {
+                        refusal.get_or_insert(Refusal::Unavailable(format!(
+                            "partition {task} runs on no instance right now (rebalancing or restoring)"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    let lookup = matches!(op, Op::Get(_));
+    if lookup && !found.is_empty() {
+        return Ok(found);
+    }
+    if refusal.is_none() || lookup {
+        for result in fan_out(context, store, op, remote).await {
+            match result {
+                Ok(entries) => found.extend(entries),
+                Err(why) => {
+                    refusal.get_or_insert(why);
+                }
+            }
+        }
+    }
+    match refusal {
+        Some(_) if lookup && !found.is_empty() => Ok(found),
+        Some(refusal) => Err(refusal),
+        None => Ok(found),
+    }
+}
+
+/// `op` on `task`, if it runs here.
+fn read_local(
+    context: &Context,
+    store: &QueryableStore,
+    op: &Op,
+    task: i32,
+) -> Result<Vec<Found>, ReadError> {
+    let entries = match op {
+        Op::Get(key) => context
+            .state
+            .get(task, &store.name, key)?
+            .map(|v| vec![(key.clone(), v)])
+            .unwrap_or_default(),
+        // One more than the page: a leftover says more remain.
+        Op::Scan { bounds, limit } => {
+            context
+                .state
+                .scan(task, &store.name, &bounds.range(), limit + 1)?
+        }
+    };
+    let spec = context.topology.nodes[store.node].kind.spec();
+    Ok(entries
+        .into_iter()
+        .map(|(key, value)| Found {
+            key,
+            partition: task,
+            value: spec.query_view(value),
+        })
+        .collect())
+}
+
+pub(crate) fn entries_json(found: &[Found], encoding: KeyEncoding) -> Value {
+    let entries: Vec<Value> = found
+        .iter()
+        .map(|f| {
+            let mut entry = json!({ "partition": f.partition, "value": f.value });
+            encoding.put(&mut entry, &f.key);
+            entry
+        })
+        .collect();
+    json!({ "entries": entries })
+}
+
+fn entries(found: &[Found], encoding: KeyEncoding) -> Reply {
+    reply(StatusCode::OK, &entries_json(found, encoding))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_is_the_first_keys_and_its_cursor_resumes_after_the_last() {
+        let found = |key: &str, partition| Found {
+            key: key.as_bytes().to_vec(),
+            partition,
+            value: Value::Null,
+        };
+        let (page_of_two, next) = page(vec![found("c", 0), found("a", 1), found("b", 0)], 2);
+        let keys: Vec<&[u8]> = page_of_two.iter().map(|f| f.key.as_slice()).collect();
+        assert_eq!(keys, [b"a", b"b"]);
+        assert_eq!(next, Some(ScanBounds::cursor(b"b")));
+        let (all, next) = page(vec![found("a", 1), found("b", 0)], 2);
+        assert_eq!(all.len(), 2);
+        assert_eq!(next, None, "nothing left over: the last page");
+        // One key on two partitions is not split across pages.
+        let (both, next) = page(vec![found("b", 1), found("a", 0), found("b", 0)], 2);
+        let entries: Vec<(&[u8], i32)> = both
+            .iter()
+            .map(|f| (f.key.as_slice(), f.partition))
+            .collect();
+        assert_eq!(entries, [(&b"a"[..], 0), (&b"b"[..], 0), (&b"b"[..], 1)]);
+        assert_eq!(next, None);
+    }
+}
