@@ -354,6 +354,29 @@ fn every_key_is_answered_from_either_instance_with_its_committed_value() {
     pages_walk_every_key_once(&[&addr_a, &addr_b]);
     binary_keys_round_trip(&[&addr_a, &addr_b]);
     metadata_names_the_owner(&addr_a, &addr_b);
+
+    // Each server counted what it answered, by route and status: the
+    // lookups of missing keys above among them, and the unknown path.
+    for app in [&a, &b] {
+        let text = app.metrics_text();
+        let answered = |route: &str, status: &str| {
+            parse_metric(
+                &text,
+                &format!(r#"streamfold_query_requests_total{{route="{route}",status="{status}"}}"#),
+            )
+        };
+        assert!(answered("lookup", "404") >= 2.0, "{text}");
+        assert!(answered("lookup", "200") >= 1.0, "{text}");
+        assert!(answered("scan", "400") >= 1.0, "{text}");
+        assert!(answered("other", "404") >= 1.0, "{text}");
+        assert!(
+            parse_metric(
+                &text,
+                r#"streamfold_query_request_duration_seconds_count{route="scan"}"#
+            ) >= 4.0,
+            "{text}"
+        );
+    }
     a.stop();
     b.stop();
 }

@@ -56,6 +56,7 @@ pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
         (telemetry::REBALANCE_CALLBACK_DURATION, REBALANCE_BUCKETS),
         (telemetry::REBALANCE_DURATION, REBALANCE_BUCKETS),
         (telemetry::SINK_E2E_LATENCY, E2E_BUCKETS),
+        (telemetry::QUERY_DURATION, LOOP_BUCKETS),
     ];
     let recorder = buckets
         .into_iter()

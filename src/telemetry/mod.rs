@@ -435,6 +435,13 @@ pub(crate) fn sink_latency(topology: &str, sink: &str) -> ::metrics::Histogram {
     ::metrics::histogram!(SINK_E2E_LATENCY, "topology" => topology.to_string(), "node" => sink.to_string())
 }
 
+/// Requests the query server answered, by `route` (`stores`, `instances`,
+/// `scan`, `lookup`, `metadata`, `other`) and `status`, forwarded ones
+/// included.
+pub(crate) const QUERY_REQUESTS: &str = "streamfold_query_requests_total";
+/// Seconds the query server took to answer, by `route`.
+pub(crate) const QUERY_DURATION: &str = "streamfold_query_request_duration_seconds";
+
 /// 1, labelled with the version of the running binary.
 pub(crate) const BUILD_INFO: &str = "streamfold_build_info";
 /// Bytes in the RocksDB block cache every task of the instance shares

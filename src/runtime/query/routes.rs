@@ -7,6 +7,7 @@
 //! UTF-8 (axum's path extractors require it).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -22,6 +23,7 @@ use super::keys::{KeyEncoding, percent_decode, query_params};
 use super::server::{Context, FORWARDED, Reply, error, reply};
 use super::{metadata, reads};
 use crate::secrets::Secret;
+use crate::telemetry;
 
 /// Every route of the API, behind the token check.
 pub(crate) fn router(context: Arc<Context>) -> Router {
@@ -37,7 +39,40 @@ pub(crate) fn router(context: Arc<Context>) -> Router {
             Arc::clone(&context),
             authorize,
         ))
+        // Outermost: refusals of the token check are counted too.
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&context),
+            measure,
+        ))
         .with_state(context)
+}
+
+/// Counts and times every request, by [`route_of`] its path and by status.
+async fn measure(State(context): State<Arc<Context>>, request: Request, next: Next) -> Response {
+    let route = route_of(request.uri().path());
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let app = context.topology.name.clone();
+    let status = response.status().as_u16().to_string();
+    metrics::counter!(telemetry::QUERY_REQUESTS, "topology" => app.clone(), "route" => route, "status" => status)
+        .increment(1);
+    metrics::histogram!(telemetry::QUERY_DURATION, "topology" => app, "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// The route a path asks for, as a bounded label: `stores`, `instances`,
+/// `scan`, `lookup`, `metadata`, or `other` (no route serves it).
+pub(crate) fn route_of(path: &str) -> &'static str {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["v1", "stores"] => "stores",
+        ["v1", "instances"] => "instances",
+        ["v1", "stores", store] if !store.is_empty() => "scan",
+        ["v1", "stores", _, "keys", _] => "lookup",
+        ["v1", "stores", _, "keys", _, "metadata"] => "metadata",
+        _ => "other",
+    }
 }
 
 /// `401` unless the request carries the token (when one is set).
@@ -186,5 +221,23 @@ mod tests {
         assert!(!authorized(Some(&token), &headers("Bearer s3cre")));
         assert!(!authorized(Some(&token), &headers("Bearer s3cret!")));
         assert!(!authorized(Some(&token), &headers("Basic s3cret")));
+    }
+
+    /// Every path the router serves has its own route label, and no other
+    /// path can add one.
+    #[test]
+    fn a_path_is_labelled_with_its_route() {
+        for (path, route) in [
+            ("/v1/stores", "stores"),
+            ("/v1/instances", "instances"),
+            ("/v1/stores/by_id-latest", "scan"),
+            ("/v1/stores/by_id-latest/keys/user%2F1", "lookup"),
+            ("/v1/stores/by_id-latest/keys/u/metadata", "metadata"),
+            ("/v1/stores/", "other"),
+            ("/v2", "other"),
+            ("/v1/stores/s/keys/k/other", "other"),
+        ] {
+            assert_eq!(route_of(path), route, "{path}");
+        }
     }
 }
