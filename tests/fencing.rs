@@ -111,6 +111,50 @@ fn a_lone_instance_frozen_past_its_transaction_timeout_goes_on_and_loses_nothing
     app.stop();
 }
 
+/// A dynamic member frozen inside a transaction past its session timeout
+/// (but not its transaction timeout) loses its assignment, and its
+/// transaction fails on waking; librdkafka rejoins the group for it at
+/// once, under a new member id. That member, with this instance's client
+/// id, is this very process, not a successor that took its id over: the
+/// instance must go on with a new producer, and the output be exact.
+#[test]
+fn a_dynamic_member_frozen_past_its_session_timeout_rejoins_and_loses_nothing() {
+    let _serial = serial();
+    let names = Names::new("past-session");
+    let accounts = 300;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..total / 2, accounts);
+    let dir = temp_dir();
+    let mut config = names.app("a", dir.path().join("state"), true);
+    config
+        .args
+        .extend(["--inject-fault".into(), "commit:freeze@2".into()]);
+    let app = App::start(&config, dir.path());
+    app.wait_frozen(Duration::from_secs(120));
+    // Past the session timeout (10 s), well within the transaction's (60 s).
+    std::thread::sleep(Duration::from_secs(15));
+    app.resume();
+    produce_range(&producer, &names.source, total / 2..total, accounts);
+    wait_committed_to(
+        &app,
+        &names.app,
+        &names.source,
+        &producer.ends(&names.source, 4),
+        Duration::from_secs(240),
+    );
+    app.assert_running();
+    let log = app.log_text();
+    assert!(!log.contains("this instance was fenced"), "{log}");
+    app.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+        n == 0.0
+    });
+    let outputs = read_to_end(&names.folded, Duration::from_secs(60));
+    assert_exact(&outputs, accounts);
+    app.stop();
+}
+
 /// A static member frozen mid-stream (by SIGSTOP once it has folded
 /// something, or by `freeze`, a fault injected into its commit cycle) and
 /// replaced by a process with the same instance id; when it wakes it must
