@@ -427,12 +427,7 @@ fn main() {
         .tempdir()
         .unwrap();
     eprintln!("broker {}", broker().bootstrap);
-    let commit = Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(repo())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+    let commit = head_commit();
     let mut table = Vec::new();
     for &partitions in &o.partitions {
         let scenario = Scenario {

@@ -514,12 +514,7 @@ fn main() {
         .tempdir()
         .unwrap();
     eprintln!("broker {}", broker().bootstrap);
-    let commit = Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(repo())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+    let commit = head_commit();
     let app = unique("bench-failover");
     let bench = Bench {
         topic: format!("{app}-posts"),

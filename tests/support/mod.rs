@@ -75,6 +75,17 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The short hash of the checkout's `HEAD` (empty outside git), which a
+/// benchmark's table names.
+pub fn head_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(repo())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
 /// A scratch directory for a test's state and logs.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::Builder::new()
