@@ -4,8 +4,10 @@
 //! slots in [`NodeStats`] (no locking, no label lookup per record) and the
 //! runtime publishes the deltas of committed work. Names follow
 //! `streamfold_<subsystem>_<name>_<unit>`; labels are limited to
-//! `topology`, `node`, `store`, `partition` and the dead-letter `reason`
-//! code, so cardinality stays bounded (never a record key as a label).
+//! `topology`, `node`, `store`, `partition` and words from short fixed
+//! lists (a dead letter's `reason`, a fold close's `cause`, a rebalance's
+//! `event`, a commit's `phase`, a query's `route` and `status`), so
+//! cardinality stays bounded (never a record key as a label).
 //!
 //! Every counter exists from startup, at 0, for every label set it can
 //! carry (`runtime::metrics::register_topology`): a dashboard tells "nothing
