@@ -79,6 +79,11 @@ pids+=($!)
 metric() {
   curl -s 127.0.0.1:19464/metrics 2>/dev/null | awk -v m="$1" '$1 ~ "^"m"({|$)" {s+=$2} END {print s+0}'
 }
+# The sum of metric $1's samples whose label $2 is $3.
+metric_with() {
+  curl -s 127.0.0.1:19464/metrics 2>/dev/null \
+    | awk -v m="$1" -v l="$2=\"$3\"" '$1 ~ "^"m"{" && index($1, l) {s+=$2} END {print s+0}'
+}
 wait_for() { # metric, minimum
   for _ in $(seq 1 1200); do
     [ "$(metric "$1")" -ge "$2" ] 2>/dev/null && return 0
@@ -112,5 +117,6 @@ awk -v e="$eligible" -v f="$folded" 'BEGIN {
   printf "fold-eligible events: %d\nfolded into an open fold: %d\nfolding ratio: %.1f%%\n", e, f, (e > 0 ? 100 * f / e : 0)
 }'
 printf 'closed by quiet: %s, by max_wait: %s, by max_events: %s\n' \
-  "$(metric streamfold_fold_closed_quiet_total)" "$(metric streamfold_fold_closed_max_wait_total)" \
-  "$(metric streamfold_fold_closed_max_events_total)"
+  "$(metric_with streamfold_fold_closed_total cause quiet)" \
+  "$(metric_with streamfold_fold_closed_total cause max_wait)" \
+  "$(metric_with streamfold_fold_closed_total cause max_events)"
