@@ -137,6 +137,10 @@ fn replaced_in_group(
     own.extend(member_id(consumer));
     let deadline = Instant::now() + wait;
     loop {
+        // librdkafka may rejoin for this process meanwhile (after a session
+        // timeout), under a member id no assignment has shown yet: the
+        // consumer's id now is this process's too.
+        own.extend(member_id(consumer));
         if let Ok(groups) = consumer.fetch_group_list(Some(group), Duration::from_secs(5)) {
             let members = groups
                 .groups()
