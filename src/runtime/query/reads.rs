@@ -57,11 +57,7 @@ pub(crate) async fn lookup(
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
     let op = Op::Get(key.clone());
-    let tasks = match tasks_for(context, store, &op, params, forwarded) {
-        Ok(tasks) => tasks,
-        Err(refusal) => return refusal.reply(),
-    };
-    match answer(context, store, &op, &tasks, forwarded).await {
+    match ask(context, store, &op, params, forwarded).await {
         Err(refusal) => refusal.reply(),
         Ok(found) if forwarded => entries(&found, encoding),
         Ok(found) => match found.into_iter().next() {
@@ -112,11 +108,7 @@ pub(crate) async fn scan(
         bounds: bounds.clone(),
         limit,
     };
-    let tasks = match tasks_for(context, store, &op, params, forwarded) {
-        Ok(tasks) => tasks,
-        Err(refusal) => return refusal.reply(),
-    };
-    match answer(context, store, &op, &tasks, forwarded).await {
+    match ask(context, store, &op, params, forwarded).await {
         Err(refusal) => refusal.reply(),
         Ok(found) if forwarded => entries(&found, encoding),
         Ok(found) => {
@@ -195,6 +187,18 @@ fn tasks_for(
 /// A lookup that finds its key answers it even when another task could
 /// not be asked (a key lives on one task); otherwise any task that could
 /// not be asked makes the answer a refusal, never a partial one.
+/// The entries the tasks that can hold `op`'s keys answer with.
+async fn ask(
+    context: &Arc<Context>,
+    store: &QueryableStore,
+    op: &Op,
+    params: &Params,
+    forwarded: bool,
+) -> Result<Vec<Found>, Refusal> {
+    let tasks = tasks_for(context, store, op, params, forwarded)?;
+    answer(context, store, op, &tasks, forwarded).await
+}
+
 async fn answer(
     context: &Arc<Context>,
     store: &QueryableStore,
