@@ -121,6 +121,12 @@ struct RunArgs {
         requires = "query_addr"
     )]
     query_advertised_addr: Option<String>,
+    /// The bearer token every query must carry, instead of
+    /// `queries.token`. Prefer the environment variable (from a Kubernetes
+    /// Secret, say): a flag's value is visible to every local user in the
+    /// process list.
+    #[arg(long, env = "STREAMFOLD_QUERY_TOKEN", hide_env_values = true)]
+    query_token: Option<String>,
     /// Any librdkafka property, applied last: `-X linger.ms=10`.
     #[arg(short = 'X', value_parser = parse_property)]
     property: Vec<(String, String)>,
@@ -463,6 +469,7 @@ fn run_topology(args: RunArgs, log_format: LogFormat) -> anyhow::Result<ExitClas
         stop_timeout,
         query_addr,
         query_advertised_addr,
+        query_token,
         property,
         #[cfg(feature = "fault-injection")]
         txn_header,
@@ -475,6 +482,9 @@ fn run_topology(args: RunArgs, log_format: LogFormat) -> anyhow::Result<ExitClas
         return Ok(ExitClass::Configuration);
     };
     secrets::register_properties(property.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    if let Some(token) = &query_token {
+        secrets::register(token);
+    }
     streamfold::runtime::health::health().set_stall_timeout(stall_timeout);
     if let Some(addr) = metrics_addr {
         streamfold::runtime::metrics::install(addr).map_err(ConfigurationError)?;
@@ -501,6 +511,7 @@ fn run_topology(args: RunArgs, log_format: LogFormat) -> anyhow::Result<ExitClas
         metrics_addr,
         query_addr,
         query_advertised_addr,
+        query_token: query_token.map(secrets::Secret::new),
     };
     let admin = streamfold::runtime::settings::admin_config(&t, &options);
     if streamfold::runtime::admin::wait_for_sources(&t, &admin, &shutdown)?

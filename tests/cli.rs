@@ -233,7 +233,7 @@ fn the_schema_documents_every_field() {
             "top-level `{field}` has no description"
         );
     }
-    for field in ["addr", "advertised_addr"] {
+    for field in ["addr", "advertised_addr", "token", "request_timeout", "tls"] {
         let description = schema["$defs"]["QueriesConfig"]["properties"][field]["description"]
             .as_str()
             .unwrap_or_default();

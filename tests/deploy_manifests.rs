@@ -85,15 +85,24 @@ fn port_of(addr: &str) -> u16 {
         .unwrap_or_else(|| panic!("no port in `{addr}`"))
 }
 
-/// The container's environment: name → literal value, or `fieldRef:<path>`.
+/// The container's environment: name → literal value, `fieldRef:<path>`
+/// or `secretKeyRef:<secret>/<key>`.
 fn env_of(container: &Node) -> Vec<(String, String)> {
     seq(at(container, &["env"]))
         .iter()
         .map(|var| {
             let name = text(at(var, &["name"]));
-            let value = match var.get("value") {
-                Some(value) => text(value),
-                None => format!(
+            let secret = var
+                .get("valueFrom")
+                .and_then(|from| from.get("secretKeyRef"));
+            let value = match (var.get("value"), secret) {
+                (Some(value), _) => text(value),
+                (None, Some(secret)) => format!(
+                    "secretKeyRef:{}/{}",
+                    text(at(secret, &["name"])),
+                    text(at(secret, &["key"]))
+                ),
+                (None, None) => format!(
                     "fieldRef:{}",
                     text(at(var, &["valueFrom", "fieldRef", "fieldPath"]))
                 ),
@@ -138,8 +147,9 @@ fn the_statefulset_gives_run_only_flags_and_variables_it_has() {
     }
     let env = env_of(container);
     for (name, _) in env.iter().filter(|(n, _)| n.starts_with("STREAMFOLD_")) {
+        // `[env: NAME]` without `=` for a variable whose value help hides.
         assert!(
-            help.contains(&format!("[env: {name}=")),
+            help.contains(&format!("[env: {name}=")) || help.contains(&format!("[env: {name}]")),
             "`streamfold run` reads no variable {name}:\n{help}"
         );
     }
@@ -150,6 +160,10 @@ fn the_statefulset_gives_run_only_flags_and_variables_it_has() {
             .unwrap_or_else(|| panic!("the container sets {name}"))
     };
     assert_eq!(value("STREAMFOLD_INSTANCE_ID"), "fieldRef:metadata.name");
+    assert_eq!(
+        value("STREAMFOLD_QUERY_TOKEN"),
+        "secretKeyRef:streamfold-query-token/token"
+    );
 
     // The topology the args name is the mounted ConfigMap's.
     let mounts = seq(at(container, &["volumeMounts"]));

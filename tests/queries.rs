@@ -93,10 +93,38 @@ fn get(addr: &str, path: &str) -> Answer {
 
 /// [`get`] with more request headers.
 fn get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
-    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    exchange(connect(addr), addr, path, headers)
+}
+
+fn connect(addr: &str) -> TcpStream {
+    let stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
+    stream
+}
+
+/// [`get_with`] over HTTPS, trusting the authorities in the PEM file
+/// `ca`; `Err` when the TLS handshake fails.
+fn get_tls(addr: &str, path: &str, headers: &[(&str, &str)], ca: &Path) -> Result<Answer, String> {
+    use openssl::ssl::{SslConnector, SslMethod};
+    let mut connector = SslConnector::builder(SslMethod::tls_client()).unwrap();
+    connector.set_ca_file(ca).unwrap();
+    let host = addr.rsplit_once(':').unwrap().0;
+    let stream = connector
+        .build()
+        .connect(host, connect(addr))
+        .map_err(|e| e.to_string())?;
+    Ok(exchange(stream, addr, path, headers))
+}
+
+/// One request on `stream`, read to the end.
+fn exchange(
+    mut stream: impl Read + Write,
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Answer {
     let extra: String = headers
         .iter()
         .map(|(k, v)| format!("{k}: {v}\r\n"))
@@ -107,7 +135,10 @@ fn get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
     )
     .unwrap();
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
+    if let Err(e) = stream.read_to_end(&mut raw) {
+        // A TLS peer that closes without `close_notify` after its answer.
+        assert!(!raw.is_empty(), "{addr}{path}: {e}");
+    }
     let text = String::from_utf8(raw).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap();
     let mut lines = head.lines();
@@ -607,6 +638,86 @@ fn with_a_token_only_requests_that_carry_it_are_answered_and_forwarding_needs_it
 }
 
 #[test]
+fn with_tls_queries_are_served_and_forwarded_over_https_with_the_token_from_the_flag_or_its_variable()
+ {
+    let _serial = serial();
+    let certificates_dir = temp_dir();
+    let certificates = ServerCertificates::write(certificates_dir.path());
+    let setup = Setup::with(
+        "tls",
+        &format!(
+            "queries:\n  request_timeout: 20s\n  tls:\n    certificate: {}\n    key: {}\n    ca: {}\n",
+            certificates.certificate.display(),
+            certificates.key.display(),
+            certificates.ca.display()
+        ),
+    );
+    const TOKEN: &str = "flag-t0ken-of-the-tls-test";
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut config_a = setup.config("a", port_a);
+    config_a.args.extend(["--query-token".into(), TOKEN.into()]);
+    let mut config_b = setup.config("b", port_b);
+    config_b
+        .env
+        .push(("STREAMFOLD_QUERY_TOKEN".into(), TOKEN.into()));
+    let a = App::start(&config_a, setup.dir.path());
+    let b = App::start(&config_b, setup.dir.path());
+    let (addr_a, addr_b) = (format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}"));
+    wait_running(&[&a, &b], 4.0);
+    setup.produce_all(&a);
+    let header = format!("Bearer {TOKEN}");
+    let bearer = [("Authorization", header.as_str())];
+
+    // Over HTTPS every key is answered from either instance: the lookups
+    // of `by_key-latest` ask both, so each instance forwards to the other,
+    // over HTTPS, checking its certificate against `queries.tls.ca`.
+    for addr in [&addr_a, &addr_b] {
+        for store in ["by_id-latest", "by_key-latest"] {
+            for i in (0..KEYS).step_by(10) {
+                let path = format!("/v1/stores/{store}/keys/{}", key(i));
+                let deadline = Instant::now() + Duration::from_secs(60);
+                loop {
+                    let answer = get_tls(addr, &path, &bearer, &certificates.ca)
+                        .unwrap_or_else(|e| panic!("{addr}{path}: {e}"));
+                    if check_key(&answer, store, i, addr) {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "{addr}{path} stays unavailable");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        // The token given by the flag (a) and by its variable (b).
+        let refused = get_tls(addr, "/v1/stores", &[], &certificates.ca).unwrap();
+        assert_eq!(refused.status, 401, "{addr}: {}", refused.body);
+        // The certificate presented is the configured one: a client that
+        // trusts another authority cannot connect.
+        let error = get_tls(addr, "/v1/stores", &bearer, &certificates.other_ca)
+            .err()
+            .unwrap_or_else(|| panic!("{addr} was trusted by another CA"));
+        assert!(
+            error.contains("certificate verify failed"),
+            "{addr}: {error}"
+        );
+        // Plain HTTP gets no HTTP answer.
+        let mut plain = connect(addr);
+        write!(
+            plain,
+            "GET /v1/stores HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut raw = Vec::new();
+        let _ = plain.read_to_end(&mut raw);
+        assert!(!raw.starts_with(b"HTTP/"), "{addr} answered plain HTTP");
+    }
+    for app in [&a, &b] {
+        assert!(!app.log_text().contains(TOKEN));
+    }
+    a.stop();
+    b.stop();
+}
+
+#[test]
 fn while_an_instance_restarts_from_scratch_answers_are_correct_or_503() {
     let _serial = serial();
     let setup = Setup::new("restart");
@@ -846,6 +957,212 @@ fn a_joined_table_is_served_by_key_from_either_instance_and_a_deleted_key_is_404
             );
             assert!(row["timestamp"].as_i64().is_some(), "{row}");
         }
+    }
+    a.stop();
+    b.stop();
+}
+
+/// The page-views topology's window store: a page's windows (all, a time
+/// range, page by page) from either instance, and the whole store paged,
+/// each window's count and users equal to a recount of the input.
+#[test]
+fn a_window_store_answers_a_keys_windows_by_time_range_from_either_instance() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-q-views");
+    let source = unique("page-views");
+    create_topic(&source, 4);
+    let env = vec![
+        ("STREAMFOLD_APP".to_string(), app.clone()),
+        ("PAGE_VIEWS_TOPIC".to_string(), source.clone()),
+        (
+            "PAGE_VIEWS_COUNTS_TOPIC".to_string(),
+            unique("views-per-5m"),
+        ),
+        ("DEAD_LETTER_TOPIC".to_string(), unique("dlq")),
+        // No window closes during the test: every one stays in the store.
+        ("PAGE_VIEWS_GRACE".to_string(), "1d".to_string()),
+    ];
+    let config = |instance: &str, port: u16| AppConfig {
+        topology: repo().join("topologies/page-views.yaml"),
+        instance: instance.into(),
+        state_dir: dir.path().join(format!("state-{instance}")),
+        env: env.clone(),
+        txn_header: false,
+        args: vec!["--query-addr".into(), format!("127.0.0.1:{port}")],
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = App::start(&config("a", port_a), dir.path());
+    let b = App::start(&config("b", port_b), dir.path());
+    wait_running(&[&a, &b], 4.0);
+
+    // Views of 30 pages over six 5-minute windows of the last half hour.
+    const SIZE: i64 = 300_000;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let first = (now - 6 * SIZE) / SIZE * SIZE;
+    let pages = 30;
+    // page → window start → (views, users)
+    let mut expected: BTreeMap<String, BTreeMap<i64, (u64, std::collections::BTreeSet<String>)>> =
+        BTreeMap::new();
+    let producer = TestProducer::new();
+    let mut view = 0;
+    for p in 0..pages {
+        let page = format!("/page/{p:02}");
+        for w in 0..6i64 {
+            // Page p has no view in window (p mod 6), p + 1 views in the others.
+            if w == p % 6 {
+                continue;
+            }
+            for v in 0..=p {
+                let at = first + w * SIZE + (v * 7_919 + p * 131) % SIZE;
+                let user = format!("u{}", (v + w) % 4);
+                view += 1;
+                producer.send_json(
+                    &source,
+                    &format!("v{view}"),
+                    &json!({"page": page, "user": user, "viewed_at": at}),
+                );
+                let slot = expected
+                    .entry(page.clone())
+                    .or_default()
+                    .entry(first + w * SIZE)
+                    .or_default();
+                slot.0 += 1;
+                slot.1.insert(user);
+            }
+        }
+    }
+    producer.flush();
+    let end = producer.ends(&source, 4);
+    wait_committed_to(&a, &app, &source, &end, Duration::from_secs(180));
+
+    let store = "views_per_page-windows";
+    let rfc3339 = |millis: i64| {
+        jiff::Timestamp::from_millisecond(millis)
+            .unwrap()
+            .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+            .to_string()
+    };
+    // The windows an answer lists, as (start, views, users), after
+    // checking each one's shape.
+    let windows_of = |answer: &Answer, page: &str| -> Vec<(i64, u64, Vec<String>)> {
+        answer.body["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|entry| {
+                assert_eq!(entry["key"], json!(page), "{entry}");
+                let value = &entry["value"];
+                let start = value["window_start"]
+                    .as_str()
+                    .unwrap()
+                    .parse::<jiff::Timestamp>()
+                    .unwrap()
+                    .as_millisecond();
+                assert_eq!(value["window_end"], json!(rfc3339(start + SIZE)), "{value}");
+                assert_eq!(value["records"], value["views"], "{value}");
+                let users = value["users"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|u| u.as_str().unwrap().to_string())
+                    .collect();
+                (start, value["views"].as_u64().unwrap(), users)
+            })
+            .collect()
+    };
+    let expected_of = |page: &str, from: i64, to: i64| -> Vec<(i64, u64, Vec<String>)> {
+        expected[page]
+            .range(from..=to)
+            .map(|(start, (views, users))| (*start, *views, users.iter().cloned().collect()))
+            .collect()
+    };
+    for addr in [format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}")] {
+        for p in 0..pages {
+            let page = format!("/page/{p:02}");
+            let key = page.replace('/', "%2F");
+            let all = format!("/v1/stores/{store}/keys/{key}");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let answer = loop {
+                let answer = get(&addr, &all);
+                if answer.status != 503 {
+                    break answer;
+                }
+                assert!(Instant::now() < deadline, "{addr}{all} stays unavailable");
+                std::thread::sleep(Duration::from_millis(200));
+            };
+            assert_eq!(answer.status, 200, "{addr}{all}: {}", answer.body);
+            assert_eq!(answer.body["key"], json!(page));
+            assert_eq!(
+                windows_of(&answer, &page),
+                expected_of(&page, i64::MIN, i64::MAX),
+                "{addr}{all}"
+            );
+
+            // Windows starting from the second to the fourth: `from` in
+            // RFC 3339 with an offset, `to` in epoch milliseconds.
+            let (from, to) = (first + SIZE, first + 3 * SIZE);
+            let from_text = jiff::Timestamp::from_millisecond(from)
+                .unwrap()
+                .to_zoned(jiff::tz::TimeZone::fixed(jiff::tz::offset(2)))
+                .strftime("%Y-%m-%dT%H:%M:%S%:z")
+                .to_string()
+                .replace('+', "%2B");
+            let ranged = format!("{all}?from={from_text}&to={to}");
+            let answer = get(&addr, &ranged);
+            assert_eq!(answer.status, 200, "{addr}{ranged}: {}", answer.body);
+            assert_eq!(answer.body["from"], json!(rfc3339(from)));
+            assert_eq!(
+                windows_of(&answer, &page),
+                expected_of(&page, from, to),
+                "{addr}{ranged}"
+            );
+
+            // Two windows a page, following `next`.
+            let mut paged = Vec::new();
+            let mut cursor = String::new();
+            loop {
+                let path = format!("{all}?limit=2{cursor}");
+                let answer = get(&addr, &path);
+                assert_eq!(answer.status, 200, "{addr}{path}: {}", answer.body);
+                paged.extend(windows_of(&answer, &page));
+                match answer.body["next"].as_str() {
+                    Some(next) => cursor = format!("&cursor={next}"),
+                    None => break,
+                }
+            }
+            assert_eq!(
+                paged,
+                expected_of(&page, i64::MIN, i64::MAX),
+                "{addr} paged"
+            );
+        }
+        // The whole store, 17 windows a page: every page's every window once.
+        let mut seen = 0;
+        let mut cursor = String::new();
+        loop {
+            let path = format!("/v1/stores/{store}?limit=17{cursor}");
+            let answer = get(&addr, &path);
+            assert_eq!(answer.status, 200, "{addr}{path}: {}", answer.body);
+            for entry in answer.body["entries"].as_array().unwrap() {
+                let page = entry["key"].as_str().unwrap();
+                assert!(expected.contains_key(page), "{entry}");
+                seen += 1;
+            }
+            match answer.body["next"].as_str() {
+                Some(next) => cursor = format!("&cursor={next}"),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected.values().map(BTreeMap::len).sum::<usize>());
+        // Bounds on raw window-store keys mean nothing to a client.
+        let refused = get(&addr, &format!("/v1/stores/{store}?prefix=%2Fpage"));
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        let refused = get(&addr, &format!("/v1/stores/{store}/keys/x?from=yesterday"));
+        assert_eq!(refused.status, 400, "{}", refused.body);
     }
     a.stop();
     b.stop();

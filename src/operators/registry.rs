@@ -169,6 +169,13 @@ pub(crate) trait OperatorSpec {
         stored
     }
 
+    /// Whether the queryable store holds windows, keyed by a group key and
+    /// a window start: the query API reads it by key and time range, and
+    /// shows each window with its bounds.
+    fn query_windows(&self) -> bool {
+        false
+    }
+
     /// Whether the operator sets timers (adds the store `<node>-timers`).
     fn uses_timers(&self) -> bool {
         false

@@ -36,6 +36,8 @@ pub struct RunOptions {
     /// The address other instances forward queries to (`host:port`);
     /// `query_addr` by default.
     pub query_advertised_addr: Option<String>,
+    /// Overrides `queries.token`.
+    pub query_token: Option<crate::secrets::Secret>,
 }
 
 /// The default instance id: this host's name.

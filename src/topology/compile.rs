@@ -283,6 +283,15 @@ impl Loader {
             return None;
         };
 
+        if queries
+            .request_timeout
+            .is_some_and(crate::config::types::HumanDuration::under_a_millisecond)
+        {
+            self.error_at(
+                &["queries".into(), "request_timeout".into()],
+                "must be at least 1ms".into(),
+            );
+        }
         let node_names: Vec<&str> = nodes.iter().map(|(name, _, _)| name.as_str()).collect();
         let input_info: Vec<Vec<NodeInput>> = (0..nodes.len())
             .map(|i| graph.input_info(&sources, &node_names, i))

@@ -80,6 +80,46 @@ pub struct QueriesConfig {
     /// private.
     #[serde(default)]
     pub token: Option<Secret>,
+    /// How long a query may take, the requests forwarded to other
+    /// instances included, before it is answered `503` with `Retry-After`
+    /// (`10s` by default). A request forwarded to another instance gives
+    /// up after 5 s on its own.
+    #[serde(default)]
+    pub request_timeout: Option<HumanDuration>,
+    /// Serve HTTPS instead of HTTP. Every instance needs the same setting:
+    /// queries are forwarded between instances over HTTPS too, and each
+    /// checks the other's certificate against `ca`.
+    #[serde(default)]
+    pub tls: Option<QueryTlsConfig>,
+}
+
+impl QueriesConfig {
+    /// `request_timeout`, or its default.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+            .map_or(Duration::from_secs(10), |timeout| timeout.0)
+    }
+}
+
+/// The query server's certificate, and whose certificates it trusts when
+/// it forwards a query. Paths are relative to the directory streamfold
+/// runs in; files are read when `run` starts.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct QueryTlsConfig {
+    /// PEM file of this instance's certificate, then any intermediate
+    /// certificates. It must name the host (or IP address) other
+    /// instances reach it by (`advertised_addr`), as a subject
+    /// alternative name.
+    pub certificate: PathBuf,
+    /// PEM file of the certificate's private key (PKCS#8, PKCS#1 or SEC1;
+    /// not encrypted).
+    pub key: PathBuf,
+    /// PEM file of the certificate authorities that signed the other
+    /// instances' certificates, checked when a query is forwarded to
+    /// them. Defaults to the system's trusted authorities.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
 }
 
 /// Connection to Kafka. Values may use `${VAR}` or `${VAR:-default}`.

@@ -377,6 +377,33 @@ fn with_security(topology: &str, dir: &Path, security: &str) -> PathBuf {
 /// The subject of the client certificate.
 const CLIENT_NAME: &str = "streamfold-client";
 
+/// PEM files in `dir` for a TLS server on loopback: a CA, a certificate
+/// it signed for `127.0.0.1` and `localhost`, its key (PKCS#8), and an
+/// unrelated CA.
+pub struct ServerCertificates {
+    pub ca: PathBuf,
+    pub certificate: PathBuf,
+    pub key: PathBuf,
+    pub other_ca: PathBuf,
+}
+
+impl ServerCertificates {
+    pub fn write(dir: &Path) -> ServerCertificates {
+        let made = TestCertificates::new();
+        let write = |name: &str, pem: &[u8]| {
+            let path = dir.join(name);
+            std::fs::write(&path, pem).unwrap();
+            path
+        };
+        ServerCertificates {
+            ca: write("ca.pem", &made.ca),
+            certificate: write("server.pem", &made.broker),
+            key: write("server-key.pem", &made.broker_key),
+            other_ca: write("other-ca.pem", &made.other_ca),
+        }
+    }
+}
+
 /// PEM texts: a CA, a broker certificate it signed for `127.0.0.1` and
 /// `localhost` with the broker's key (PKCS#8), a client certificate it
 /// signed for [`CLIENT_NAME`] with its key, and an unrelated CA.

@@ -66,6 +66,7 @@
 //! grace`), so state holds only windows that may still change.
 
 mod run;
+pub(crate) use run::{window_group, window_key_bounds};
 #[cfg(test)]
 mod tests;
 
@@ -354,6 +355,24 @@ impl OperatorSpec for WindowConfig {
             WindowKind::Sliding => &["buckets"],
             _ => &["windows"],
         }
+    }
+
+    /// The windows of tumbling, hopping and session windows; a sliding
+    /// window's store holds per-time buckets that no window is yet made
+    /// of, so it is not served.
+    fn queryable_store(&self, _inputs: &[NodeInput]) -> Option<&'static str> {
+        match self.window {
+            WindowKind::Sliding => None,
+            _ => Some("windows"),
+        }
+    }
+
+    fn query_windows(&self) -> bool {
+        true
+    }
+
+    fn query_view(&self, stored: serde_json::Value) -> serde_json::Value {
+        run::window_view(stored, self.fields.keys())
     }
 
     fn uses_timers(&self) -> bool {

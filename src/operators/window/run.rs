@@ -85,6 +85,42 @@ fn split_store_key(key: &[u8]) -> Option<(&[u8], Timestamp)> {
     Some((group, at))
 }
 
+/// For the query API: the store keys of `group`'s windows that start
+/// within `[from, to]` (either end open when `None`), as the prefix they
+/// share and the first and last key, both inclusive.
+pub(crate) fn window_key_bounds(
+    group: &[u8],
+    from: Option<Timestamp>,
+    to: Option<Timestamp>,
+) -> (Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>) {
+    let prefix = entity_prefix(group);
+    let first = from.map(|t| store_key(&prefix, t));
+    let last = to.map(|t| store_key(&prefix, t));
+    (prefix, first, last)
+}
+
+/// For the query API: the group key a window's store key belongs to.
+pub(crate) fn window_group(store_key: &[u8]) -> Option<&[u8]> {
+    split_store_key(store_key).map(|(group, _)| group)
+}
+
+/// For the query API: a stored window as it would be emitted now, its
+/// bounds, the records merged into it and one value per field (`fields`
+/// in declaration order); what is not a stored window, as it is.
+pub(crate) fn window_view<'a>(stored: Value, fields: impl Iterator<Item = &'a String>) -> Value {
+    let Ok(slot) = serde_json::from_value::<StoredWindow>(stored.clone()) else {
+        return stored;
+    };
+    let mut value = Map::new();
+    value.insert("window_start".into(), rfc3339_millis(slot.start).into());
+    value.insert("window_end".into(), rfc3339_millis(slot.end).into());
+    value.insert("records".into(), slot.records.into());
+    for (name, acc) in fields.zip(&slot.acc) {
+        value.insert(name.clone(), acc.to_value());
+    }
+    Value::Object(value)
+}
+
 /// The key of an emitted window: `<key>@<start>/<end>`.
 fn windowed_key(key: &[u8], span: &Span) -> Box<[u8]> {
     format!(

@@ -29,7 +29,8 @@ use super::keys::{KeyEncoding, ScanBounds, base64url};
 use super::reads::{Found, Op};
 use super::server::{Context, FORWARDED, Refusal};
 
-/// How long a forwarded request may take before the answer is `503`.
+/// How long a forwarded request may take before the answer is `503`
+/// (`queries.request_timeout` bounds the whole request as well).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `op` for the tasks of each owner in `remote` (address → tasks), every
@@ -96,7 +97,8 @@ async fn forward(
             "the owner of partitions {tasks:?} ({address}) did not answer: {why}"
         ))
     };
-    let uri: Uri = format!("http://{address}{}", forwarded_path(store, op, tasks))
+    let scheme = context.client.scheme();
+    let uri: Uri = format!("{scheme}://{address}{}", forwarded_path(store, op, tasks))
         .parse()
         .map_err(|e| failed(format!("bad address: {e}")))?;
     let mut request = Request::get(uri).header(FORWARDED, &context.instance);

@@ -134,20 +134,24 @@ impl ScanBounds {
     /// `prefix`, `from`, `to` in `encoding`, and `cursor`, of `params`.
     pub(crate) fn from_params(params: &Params, encoding: KeyEncoding) -> Result<Self, String> {
         let key = |name: &str| params.get(name).map(|v| encoding.decode(v)).transpose();
-        let after = params
+        Ok(ScanBounds {
+            prefix: key("prefix")?.unwrap_or_default(),
+            from: key("from")?,
+            to: key("to")?,
+            after: ScanBounds::cursor_of(params)?,
+        })
+    }
+
+    /// The key `cursor` of `params` resumes after.
+    pub(crate) fn cursor_of(params: &Params) -> Result<Option<Vec<u8>>, String> {
+        params
             .get("cursor")
             .map(|c| {
                 BASE64URL
                     .decode(c)
                     .map_err(|_| "cursor is not one this server handed out".to_string())
             })
-            .transpose()?;
-        Ok(ScanBounds {
-            prefix: key("prefix")?.unwrap_or_default(),
-            from: key("from")?,
-            to: key("to")?,
-            after,
-        })
+            .transpose()
     }
 
     /// The one key range all the bounds leave.

@@ -29,6 +29,7 @@ mod routes;
 pub mod server;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -57,6 +58,8 @@ pub struct QueryableStore {
     /// key lives on whichever partition its producer chose, and lookups
     /// ask every task.
     pub(crate) routed: bool,
+    /// Holds windows (`window` nodes): read by key and time range.
+    pub(crate) windowed: bool,
 }
 
 /// The stores of `topology` that answer queries, in topology order.
@@ -66,11 +69,13 @@ pub fn queryable_stores(topology: &Topology) -> Vec<QueryableStore> {
         .iter()
         .enumerate()
         .filter_map(|(index, node)| {
-            let store = node.kind.spec().queryable_store(&node.input_info)?;
+            let spec = node.kind.spec();
+            let store = spec.queryable_store(&node.input_info)?;
             Some(QueryableStore {
                 name: node.store_name(store),
                 node: index,
                 routed: node.repartition_topic.is_some(),
+                windowed: spec.query_windows(),
             })
         })
         .collect()
@@ -286,6 +291,12 @@ impl Queries {
         addr: std::net::SocketAddr,
         partitions: i32,
     ) -> Result<Queries, RuntimeError> {
+        // The files first: a bad one is a configuration error to report
+        // before anything reaches the broker.
+        let tls = match &topology.queries.tls {
+            Some(tls) => Some(tls::Tls::load(tls).map_err(RuntimeError::Settings)?),
+            None => None,
+        };
         let config = super::settings::admin_config(topology, options);
         endpoints::ensure_topic(&config, &topology.name)?;
         let state = QueryState::new();
@@ -297,15 +308,25 @@ impl Queries {
             Arc::clone(&state),
             Arc::clone(&directory),
         );
-        let token = match &topology.queries.token {
+        let token = match options
+            .query_token
+            .as_ref()
+            .or(topology.queries.token.as_ref())
+        {
             Some(token) if token.is_empty() => {
                 return Err(RuntimeError::Settings(
-                    "queries.token is empty; set a secret (e.g. ${file:/run/secrets/query-token}) or remove it".into(),
+                    "the query token (queries.token or --query-token) is empty; set a secret (e.g. ${file:/run/secrets/query-token}) or remove it".into(),
                 ));
             }
-            token => token.clone(),
+            token => token.cloned(),
         };
-        let server = server::QueryServer::start(addr, context.with_token(token))?;
+        let mut context = context
+            .with_token(token)
+            .with_request_timeout(topology.queries.request_timeout());
+        if let Some(tls) = tls {
+            context = context.with_tls(tls);
+        }
+        let server = server::QueryServer::start(addr, context)?;
         let advertised = match options
             .query_advertised_addr
             .as_ref()

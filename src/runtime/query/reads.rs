@@ -8,6 +8,13 @@
 //! cursor that starts the following page just after its last key. So
 //! following `next` until it is absent walks every key of the store once,
 //! in key order, across every partition.
+//!
+//! A window store (`window` nodes) is keyed by a group key and a window
+//! start: a lookup of a key is a page of its windows, oldest first, whose
+//! start is within `from` and `to` (times, RFC 3339 or epoch
+//! milliseconds), read as a scan of the key's store keys; a scan pages
+//! through every key's windows. Either shows each entry under its group
+//! key, the window's bounds in its value.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,6 +63,9 @@ pub(crate) async fn lookup(
         Ok(key) => key,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
+    if store.windowed {
+        return windows(context, store, key, encoding, params, forwarded).await;
+    }
     let op = Op::Get(key.clone());
     match ask(context, store, &op, params, forwarded).await {
         Err(refusal) => refusal.reply(),
@@ -79,6 +89,18 @@ pub(crate) async fn lookup(
     }
 }
 
+/// `limit` of `params`: a page's size.
+fn page_limit(params: &Params) -> Result<usize, String> {
+    match params
+        .get("limit")
+        .map(|l| String::from_utf8_lossy(l).parse())
+    {
+        None => Ok(DEFAULT_SCAN_LIMIT),
+        Some(Ok(limit)) if (1..=MAX_SCAN_LIMIT).contains(&limit) => Ok(limit),
+        Some(_) => Err(format!("limit must be a number from 1 to {MAX_SCAN_LIMIT}")),
+    }
+}
+
 /// `GET /v1/stores/<store>?…`: one page.
 pub(crate) async fn scan(
     context: &Arc<Context>,
@@ -87,23 +109,29 @@ pub(crate) async fn scan(
     encoding: KeyEncoding,
     forwarded: bool,
 ) -> Reply {
-    let limit = match params
-        .get("limit")
-        .map(|l| String::from_utf8_lossy(l).parse())
-    {
-        None => DEFAULT_SCAN_LIMIT,
-        Some(Ok(limit)) if (1..=MAX_SCAN_LIMIT).contains(&limit) => limit,
-        Some(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("limit must be a number from 1 to {MAX_SCAN_LIMIT}"),
-            );
-        }
+    let limit = match page_limit(params) {
+        Ok(limit) => limit,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
     let bounds = match ScanBounds::from_params(params, encoding) {
         Ok(bounds) => bounds,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
+    // A forwarded scan of a window store carries the store keys' bounds
+    // of a lookup; a client's bounds would cut through the keys' length
+    // prefixes.
+    if store.windowed
+        && !forwarded
+        && (!bounds.prefix.is_empty() || bounds.from.is_some() || bounds.to.is_some())
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "`{}` holds windows: ask for a key's windows (/v1/stores/{}/keys/<key>?from=<time>&to=<time>) or page through the whole store without prefix, from or to",
+                store.name, store.name
+            ),
+        );
+    }
     let op = Op::Scan {
         bounds: bounds.clone(),
         limit,
@@ -113,6 +141,7 @@ pub(crate) async fn scan(
         Ok(found) if forwarded => entries(&found, encoding),
         Ok(found) => {
             let (page, next) = page(found, limit);
+            let page = as_windows(store, page);
             let mut body = entries_json(&page, encoding);
             body["store"] = json!(store.name);
             body["prefix"] = json!(encoding.show(&bounds.prefix));
@@ -127,6 +156,98 @@ pub(crate) async fn scan(
             reply(StatusCode::OK, &body)
         }
     }
+}
+
+/// `GET /v1/stores/<windows>/keys/<key>?from=&to=&limit=&cursor=`: a
+/// page of the key's windows that start within `[from, to]`.
+async fn windows(
+    context: &Arc<Context>,
+    store: &QueryableStore,
+    key: Vec<u8>,
+    encoding: KeyEncoding,
+    params: &Params,
+    forwarded: bool,
+) -> Reply {
+    let limit = match page_limit(params) {
+        Ok(limit) => limit,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let time = |name: &str| {
+        params
+            .get(name)
+            .map(|text| {
+                let text = String::from_utf8_lossy(text);
+                window_time(&text).ok_or_else(|| {
+                    format!("`{name}` must be an RFC 3339 time or epoch milliseconds, not `{text}`")
+                })
+            })
+            .transpose()
+    };
+    let (from, to) = match (time("from"), time("to")) {
+        (Ok(from), Ok(to)) => (from, to),
+        (Err(message), _) | (_, Err(message)) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let after = match ScanBounds::cursor_of(params) {
+        Ok(after) => after,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let (prefix, first, last) = crate::operators::window::window_key_bounds(&key, from, to);
+    let op = Op::Scan {
+        bounds: ScanBounds {
+            prefix,
+            from: first,
+            to: last,
+            after,
+        },
+        limit,
+    };
+    let tasks = match tasks_for(context, store, Some(&key), params, forwarded) {
+        Ok(tasks) => tasks,
+        Err(refusal) => return refusal.reply(),
+    };
+    match answer(context, store, &op, &tasks, forwarded).await {
+        Err(refusal) => refusal.reply(),
+        Ok(found) if forwarded => entries(&found, encoding),
+        Ok(found) => {
+            let (page, next) = page(found, limit);
+            let mut body = entries_json(&as_windows(store, page), encoding);
+            body["store"] = json!(store.name);
+            encoding.put(&mut body, &key);
+            if let Some(from) = from {
+                body["from"] = json!(crate::record::json::rfc3339_millis(from));
+            }
+            if let Some(to) = to {
+                body["to"] = json!(crate::record::json::rfc3339_millis(to));
+            }
+            body["truncated"] = json!(next.is_some());
+            body["next"] = json!(next);
+            reply(StatusCode::OK, &body)
+        }
+    }
+}
+
+/// A window bound of a request: RFC 3339 (any offset) or epoch
+/// milliseconds.
+fn window_time(text: &str) -> Option<crate::record::Timestamp> {
+    if let Ok(millis) = text.parse::<i64>() {
+        return Some(millis);
+    }
+    crate::record::json::rfc3339_instant(text).map(|instant| instant.as_millisecond())
+}
+
+/// The entries of a window store under their group keys (their store keys
+/// add the window start); other stores' as they are.
+fn as_windows(store: &QueryableStore, found: Vec<Found>) -> Vec<Found> {
+    if !store.windowed {
+        return found;
+    }
+    found
+        .into_iter()
+        .filter_map(|mut f| {
+            f.key = crate::operators::window::window_group(&f.key)?.to_vec();
+            Some(f)
+        })
+        .collect()
 }
 
 /// The first `limit` of `found` in key order, and the cursor after them
@@ -155,7 +276,7 @@ fn page(mut found: Vec<Found>, limit: usize) -> (Vec<Found>, Option<String>) {
 fn tasks_for(
     context: &Context,
     store: &QueryableStore,
-    op: &Op,
+    key: Option<&[u8]>,
     params: &Params,
     forwarded: bool,
 ) -> Result<Vec<i32>, Refusal> {
@@ -176,8 +297,8 @@ fn tasks_for(
             .collect::<Option<Vec<i32>>>()
             .ok_or_else(|| Refusal::Status(StatusCode::BAD_REQUEST, "bad `tasks` list".into()));
     }
-    Ok(match op {
-        Op::Get(key) if store.routed => vec![partition_for(key, partitions)],
+    Ok(match key {
+        Some(key) if store.routed => vec![partition_for(key, partitions)],
         _ => (0..partitions).collect(),
     })
 }
@@ -195,7 +316,11 @@ async fn ask(
     params: &Params,
     forwarded: bool,
 ) -> Result<Vec<Found>, Refusal> {
-    let tasks = tasks_for(context, store, op, params, forwarded)?;
+    let key = match op {
+        Op::Get(key) => Some(key.as_slice()),
+        Op::Scan { .. } => None,
+    };
+    let tasks = tasks_for(context, store, key, params, forwarded)?;
     answer(context, store, op, &tasks, forwarded).await
 }
 

@@ -1,6 +1,7 @@
 //! The routes of the query server, on axum: which handler answers which
 //! path, the bearer token checked before any of them, `404` for other
-//! paths and `405` with `Allow` for other methods.
+//! paths and `405` with `Allow` for other methods, and `503` for a request
+//! not answered within `queries.request_timeout`.
 //!
 //! The handlers under a store read the store's name and the key from the
 //! raw path themselves: a key is percent-decoded bytes, which need not be
@@ -20,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::QueryableStore;
 use super::keys::{KeyEncoding, percent_decode, query_params};
-use super::server::{Context, FORWARDED, Reply, error, reply};
+use super::server::{Context, FORWARDED, Reply, error, reply, unavailable};
 use super::{metadata, reads};
 use crate::secrets::Secret;
 use crate::telemetry;
@@ -35,6 +36,10 @@ pub(crate) fn router(context: Arc<Context>) -> Router {
         .route("/v1/stores/{store}/keys/{key}/metadata", get(store))
         .fallback(no_such_path)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&context),
+            time_limit,
+        ))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&context),
             authorize,
@@ -72,6 +77,21 @@ pub(crate) fn route_of(path: &str) -> &'static str {
         ["v1", "stores", _, "keys", _] => "lookup",
         ["v1", "stores", _, "keys", _, "metadata"] => "metadata",
         _ => "other",
+    }
+}
+
+/// `503` with `Retry-After` for a request not answered within
+/// `queries.request_timeout`; what it waited for (a forwarded request, a
+/// long scan) is dropped.
+async fn time_limit(State(context): State<Arc<Context>>, request: Request, next: Next) -> Response {
+    let limit = context.request_timeout;
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => unavailable(format!(
+            "not answered within queries.request_timeout ({})",
+            humantime::format_duration(limit)
+        ))
+        .into_response(),
     }
 }
 

@@ -18,6 +18,10 @@
 //! the token can send the [`FORWARDED`] header that makes an instance
 //! answer from its own tasks. Without a token the header is trusted, and
 //! the port must be private.
+//!
+//! A request not answered within `queries.request_timeout` is `503`. With
+//! `queries.tls` the server speaks HTTPS only and forwards over HTTPS
+//! ([`super::tls`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,15 +30,18 @@ use std::time::Duration;
 
 use axum::serve::ListenerExt;
 use http_body_util::{Empty, Full};
+use hyper::Request;
 use hyper::body::Bytes;
 use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Response, StatusCode};
-use hyper_util::client::legacy::Client;
+use hyper_tls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use super::endpoints::Directory;
+use super::tls::{Tls, TlsListener};
 use super::{QueryState, QueryableStore, queryable_stores, routes};
 use crate::runtime::RuntimeError;
 use crate::secrets::Secret;
@@ -53,10 +60,14 @@ pub struct Context {
     pub(crate) state: Arc<QueryState>,
     pub(crate) directory: Arc<Directory>,
     pub(crate) stores: Vec<QueryableStore>,
-    pub(crate) client: Client<HttpConnector, Empty<Bytes>>,
+    pub(crate) client: Forwarding,
     /// `queries.token`: required of every request, sent with every
     /// forwarded one.
     pub(crate) token: Option<Secret>,
+    /// `queries.request_timeout`.
+    pub(crate) request_timeout: Duration,
+    /// `queries.tls`: HTTPS, served and forwarded.
+    tls: Option<Tls>,
 }
 
 impl Context {
@@ -73,15 +84,57 @@ impl Context {
             state,
             directory,
             stores,
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Forwarding::Http(Client::builder(TokioExecutor::new()).build_http()),
             token: None,
+            request_timeout: Duration::from_secs(10),
+            tls: None,
         }
+    }
+
+    /// Answers `503` to a request not answered within `timeout`.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Context {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Serves HTTPS with `tls`, and forwards over HTTPS trusting its
+    /// authorities.
+    pub(crate) fn with_tls(mut self, tls: Tls) -> Context {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        let https = HttpsConnector::from((http, tls.connector.clone()));
+        self.client = Forwarding::Https(Client::builder(TokioExecutor::new()).build(https));
+        self.tls = Some(tls);
+        self
     }
 
     /// Requires `token` of every request (none: requests are not checked).
     pub fn with_token(mut self, token: Option<Secret>) -> Context {
         self.token = token;
         self
+    }
+}
+
+/// How forwarded queries reach the other instances: the scheme every
+/// instance serves (they share the topology's `queries.tls`).
+pub(crate) enum Forwarding {
+    Http(Client<HttpConnector, Empty<Bytes>>),
+    Https(Client<HttpsConnector<HttpConnector>, Empty<Bytes>>),
+}
+
+impl Forwarding {
+    pub(crate) fn scheme(&self) -> &'static str {
+        match self {
+            Forwarding::Http(_) => "http",
+            Forwarding::Https(_) => "https",
+        }
+    }
+
+    pub(crate) fn request(&self, request: Request<Empty<Bytes>>) -> ResponseFuture {
+        match self {
+            Forwarding::Http(client) => client.request(request),
+            Forwarding::Https(client) => client.request(request),
+        }
     }
 }
 
@@ -113,15 +166,30 @@ impl QueryServer {
             tokio::net::TcpListener::from_std(listener).map_err(startup)?
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let tls = context.tls.clone();
+        let scheme = context.client.scheme();
         let router = routes::router(Arc::new(context));
+        let serving: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = match tls {
+            Some(tls) => {
+                let _entered = runtime.enter();
+                let listener = TlsListener::new(listener, &tls).map_err(startup)?;
+                Box::pin(accept(listener, router, stopped))
+            }
+            None => {
+                let listener = listener.tap_io(|stream| {
+                    let _ = stream.set_nodelay(true);
+                });
+                Box::pin(accept(listener, router, stopped))
+            }
+        };
         let thread = std::thread::Builder::new()
             .name("query-server".into())
             .spawn(move || {
-                runtime.block_on(accept(listener, router, stopped));
+                runtime.block_on(serving);
                 runtime.shutdown_timeout(Duration::from_secs(1));
             })
             .map_err(startup)?;
-        tracing::info!(%addr, "Serving interactive queries.");
+        tracing::info!(%addr, scheme, "Serving interactive queries.");
         Ok(QueryServer {
             addr,
             stop: Some(stop),
@@ -141,20 +209,17 @@ impl QueryServer {
 
 /// Serves `router` on `listener` until `stopped`, then lets the requests
 /// in flight finish for at most [`STOP_GRACE`].
-async fn accept(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    stopped: tokio::sync::oneshot::Receiver<()>,
-) {
+async fn accept<L>(listener: L, router: axum::Router, stopped: tokio::sync::oneshot::Receiver<()>)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let (stopping, stop_seen) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let _ = stopped.await;
         let _ = stopping.send(true);
     });
     let (mut signal, mut grace) = (stop_seen.clone(), stop_seen);
-    let listener = listener.tap_io(|stream| {
-        let _ = stream.set_nodelay(true);
-    });
     let serving = axum::serve(listener, router).with_graceful_shutdown(async move {
         let _ = signal.wait_for(|stop| *stop).await;
     });

@@ -126,6 +126,18 @@ impl Instance {
         tasks: &[(i32, Vec<Vec<u8>>)],
         token: Option<&str>,
     ) -> Instance {
+        Instance::start_with(name, partitions, tasks, |context| {
+            context.with_token(token.map(Secret::new))
+        })
+    }
+
+    /// [`Instance::start`] with the server's settings made by `configure`.
+    fn start_with(
+        name: &str,
+        partitions: i32,
+        tasks: &[(i32, Vec<Vec<u8>>)],
+        configure: impl FnOnce(server::Context) -> server::Context,
+    ) -> Instance {
         let topology = topology();
         let stores: Vec<String> = topology.stores().map(|s| s.name.clone()).collect();
         let state = QueryState::new();
@@ -150,13 +162,12 @@ impl Instance {
             held.push((dir, backend));
         }
         let directory = Arc::new(endpoints::Directory::default());
-        let context = server::Context::new(
+        let context = configure(server::Context::new(
             topology,
             name.into(),
             Arc::clone(&state),
             Arc::clone(&directory),
-        )
-        .with_token(token.map(Secret::new));
+        ));
         let server = server::QueryServer::start("127.0.0.1:0".parse().unwrap(), context).unwrap();
         directory.set_own_address(server.addr.to_string());
         Instance {
@@ -462,6 +473,28 @@ fn the_owners_of_a_scan_are_asked_at_once() {
         .map(|e| e["key"].as_str().unwrap())
         .collect();
     assert_eq!(keys, ["x", "y"]);
+    a.server.stop();
+}
+
+#[test]
+fn a_request_not_answered_within_the_request_timeout_is_503() {
+    // The owner of partition 1 takes connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = Instance::start_with("a", 2, &[], |context| {
+        context.with_request_timeout(std::time::Duration::from_millis(300))
+    });
+    a.knows("b", silent.local_addr().unwrap(), vec![1], 10);
+    let theirs = String::from_utf8(keys_of(1, 2, 1).remove(0)).unwrap();
+    let answer = get(a.addr(), &format!("/v1/stores/by_id-latest/keys/{theirs}"));
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert_eq!(answer.headers["retry-after"], "1");
+    assert_eq!(
+        answer.body["error"],
+        json!("not answered within queries.request_timeout (300ms)")
+    );
+    // What needs no other instance is answered as before.
+    assert_eq!(get(a.addr(), "/v1/stores").status, 200);
+    drop(silent);
     a.server.stop();
 }
 
