@@ -280,6 +280,34 @@ impl Setup {
     }
 }
 
+/// Instances `a` and `b` of `topologies/<topology>.yaml` with `env`, each
+/// serving queries, once they run `tasks` tasks between them; with their
+/// query addresses.
+fn start_pair(
+    dir: &Path,
+    topology: &str,
+    env: &[(String, String)],
+    tasks: f64,
+) -> (App, App, [String; 2]) {
+    let config = |instance: &str, port: u16| AppConfig {
+        topology: repo().join(format!("topologies/{topology}.yaml")),
+        instance: instance.into(),
+        state_dir: dir.join(format!("state-{instance}")),
+        env: env.to_vec(),
+        txn_header: false,
+        args: vec!["--query-addr".into(), format!("127.0.0.1:{port}")],
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = App::start(&config("a", port_a), dir);
+    let b = App::start(&config("b", port_b), dir);
+    wait_running(&[&a, &b], tasks);
+    (
+        a,
+        b,
+        [format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}")],
+    )
+}
+
 fn wait_running(apps: &[&App], total: f64) {
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
@@ -824,18 +852,7 @@ fn projection_read_models_are_served_as_entity_and_version_from_either_instance(
         ("OTHER_EVENTS_TOPIC".to_string(), unique("other")),
         ("DEAD_LETTER_TOPIC".to_string(), unique("dlq")),
     ];
-    let config = |instance: &str, port: u16| AppConfig {
-        topology: repo().join("topologies/question-feed.yaml"),
-        instance: instance.into(),
-        state_dir: dir.path().join(format!("state-{instance}")),
-        env: env.clone(),
-        txn_header: false,
-        args: vec!["--query-addr".into(), format!("127.0.0.1:{port}")],
-    };
-    let (port_a, port_b) = (free_port(), free_port());
-    let a = App::start(&config("a", port_a), dir.path());
-    let b = App::start(&config("b", port_b), dir.path());
-    wait_running(&[&a, &b], 4.0);
+    let (a, b, addrs) = start_pair(dir.path(), "question-feed", &env, 4.0);
 
     // Per question: created, two answers, an edit — sent edit first, so
     // the projection re-folds in order.
@@ -860,13 +877,13 @@ fn projection_read_models_are_served_as_entity_and_version_from_either_instance(
     let end = producer.ends(&source, 4);
     wait_committed_to(&a, &app, &source, &end, Duration::from_secs(180));
 
-    for addr in [format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}")] {
+    for addr in &addrs {
         for q in 0..questions {
             let id = format!("q-{q:03}");
             let path = format!("/v1/stores/project_question-entities/keys/{id}");
             let deadline = Instant::now() + Duration::from_secs(60);
             let answer = loop {
-                let answer = get(&addr, &path);
+                let answer = get(addr, &path);
                 if answer.status != 503 {
                     break answer;
                 }
@@ -906,18 +923,7 @@ fn a_joined_table_is_served_by_key_from_either_instance_and_a_deleted_key_is_404
         ("ENRICHED_ORDERS_TOPIC".to_string(), unique("enriched")),
         ("DEAD_LETTER_TOPIC".to_string(), unique("dlq")),
     ];
-    let config = |instance: &str, port: u16| AppConfig {
-        topology: repo().join("topologies/orders-enriched.yaml"),
-        instance: instance.into(),
-        state_dir: dir.path().join(format!("state-{instance}")),
-        env: env.clone(),
-        txn_header: false,
-        args: vec!["--query-addr".into(), format!("127.0.0.1:{port}")],
-    };
-    let (port_a, port_b) = (free_port(), free_port());
-    let a = App::start(&config("a", port_a), dir.path());
-    let b = App::start(&config("b", port_b), dir.path());
-    wait_running(&[&a, &b], 2.0);
+    let (a, b, addrs) = start_pair(dir.path(), "orders-enriched", &env, 2.0);
 
     // Two versions of 30 profiles; the last one deleted.
     let producer = TestProducer::new();
@@ -932,12 +938,12 @@ fn a_joined_table_is_served_by_key_from_either_instance_and_a_deleted_key_is_404
     let end = producer.ends(&customers, 2);
     wait_committed_to(&a, &app, &customers, &end, Duration::from_secs(180));
 
-    for addr in [format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}")] {
+    for addr in &addrs {
         for c in 0..30 {
             let path = format!("/v1/stores/enrich-table/keys/c-{c}");
             let deadline = Instant::now() + Duration::from_secs(60);
             let answer = loop {
-                let answer = get(&addr, &path);
+                let answer = get(addr, &path);
                 if answer.status != 503 {
                     break answer;
                 }
@@ -983,18 +989,7 @@ fn a_window_store_answers_a_keys_windows_by_time_range_from_either_instance() {
         // No window closes during the test: every one stays in the store.
         ("PAGE_VIEWS_GRACE".to_string(), "1d".to_string()),
     ];
-    let config = |instance: &str, port: u16| AppConfig {
-        topology: repo().join("topologies/page-views.yaml"),
-        instance: instance.into(),
-        state_dir: dir.path().join(format!("state-{instance}")),
-        env: env.clone(),
-        txn_header: false,
-        args: vec!["--query-addr".into(), format!("127.0.0.1:{port}")],
-    };
-    let (port_a, port_b) = (free_port(), free_port());
-    let a = App::start(&config("a", port_a), dir.path());
-    let b = App::start(&config("b", port_b), dir.path());
-    wait_running(&[&a, &b], 4.0);
+    let (a, b, addrs) = start_pair(dir.path(), "page-views", &env, 4.0);
 
     // Views of 30 pages over six 5-minute windows of the last half hour.
     const SIZE: i64 = 300_000;
@@ -1080,14 +1075,14 @@ fn a_window_store_answers_a_keys_windows_by_time_range_from_either_instance() {
             .map(|(start, (views, users))| (*start, *views, users.iter().cloned().collect()))
             .collect()
     };
-    for addr in [format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}")] {
+    for addr in &addrs {
         for p in 0..pages {
             let page = format!("/page/{p:02}");
             let key = page.replace('/', "%2F");
             let all = format!("/v1/stores/{store}/keys/{key}");
             let deadline = Instant::now() + Duration::from_secs(60);
             let answer = loop {
-                let answer = get(&addr, &all);
+                let answer = get(addr, &all);
                 if answer.status != 503 {
                     break answer;
                 }
@@ -1112,7 +1107,7 @@ fn a_window_store_answers_a_keys_windows_by_time_range_from_either_instance() {
                 .to_string()
                 .replace('+', "%2B");
             let ranged = format!("{all}?from={from_text}&to={to}");
-            let answer = get(&addr, &ranged);
+            let answer = get(addr, &ranged);
             assert_eq!(answer.status, 200, "{addr}{ranged}: {}", answer.body);
             assert_eq!(answer.body["from"], json!(rfc3339(from)));
             assert_eq!(
@@ -1126,7 +1121,7 @@ fn a_window_store_answers_a_keys_windows_by_time_range_from_either_instance() {
             let mut cursor = String::new();
             loop {
                 let path = format!("{all}?limit=2{cursor}");
-                let answer = get(&addr, &path);
+                let answer = get(addr, &path);
                 assert_eq!(answer.status, 200, "{addr}{path}: {}", answer.body);
                 paged.extend(windows_of(&answer, &page));
                 match answer.body["next"].as_str() {
@@ -1145,7 +1140,7 @@ fn a_window_store_answers_a_keys_windows_by_time_range_from_either_instance() {
         let mut cursor = String::new();
         loop {
             let path = format!("/v1/stores/{store}?limit=17{cursor}");
-            let answer = get(&addr, &path);
+            let answer = get(addr, &path);
             assert_eq!(answer.status, 200, "{addr}{path}: {}", answer.body);
             for entry in answer.body["entries"].as_array().unwrap() {
                 let page = entry["key"].as_str().unwrap();
@@ -1159,9 +1154,9 @@ fn a_window_store_answers_a_keys_windows_by_time_range_from_either_instance() {
         }
         assert_eq!(seen, expected.values().map(BTreeMap::len).sum::<usize>());
         // Bounds on raw window-store keys mean nothing to a client.
-        let refused = get(&addr, &format!("/v1/stores/{store}?prefix=%2Fpage"));
+        let refused = get(addr, &format!("/v1/stores/{store}?prefix=%2Fpage"));
         assert_eq!(refused.status, 400, "{}", refused.body);
-        let refused = get(&addr, &format!("/v1/stores/{store}/keys/x?from=yesterday"));
+        let refused = get(addr, &format!("/v1/stores/{store}/keys/x?from=yesterday"));
         assert_eq!(refused.status, 400, "{}", refused.body);
     }
     a.stop();

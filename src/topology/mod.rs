@@ -18,6 +18,7 @@
 mod compile;
 pub mod describe;
 pub mod model;
+mod queries;
 pub(crate) mod security;
 
 use std::fmt;
