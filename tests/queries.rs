@@ -727,13 +727,13 @@ fn with_tls_queries_are_served_and_forwarded_over_https_with_the_token_from_the_
             error.contains("certificate verify failed"),
             "{addr}: {error}"
         );
-        // Plain HTTP gets no HTTP answer.
+        // Plain HTTP gets no HTTP answer (the server may reset the
+        // connection before the request is even written).
         let mut plain = connect(addr);
-        write!(
+        let _ = write!(
             plain,
             "GET /v1/stores HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
+        );
         let mut raw = Vec::new();
         let _ = plain.read_to_end(&mut raw);
         assert!(!raw.starts_with(b"HTTP/"), "{addr} answered plain HTTP");
