@@ -128,28 +128,46 @@ fn replaced_in_group(
     client_id: &str,
     wait: Duration,
 ) -> Option<String> {
-    let mut own = consumer
-        .context()
-        .member_ids
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    own.extend(member_id(consumer));
+    // Every id this process's consumer holds or was assigned under.
+    let own_ids = |own: &mut HashSet<String>| {
+        own.extend(
+            consumer
+                .context()
+                .member_ids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
+        own.extend(member_id(consumer));
+    };
+    let mut own = HashSet::new();
+    own_ids(&mut own);
     let deadline = Instant::now() + wait;
     loop {
-        // librdkafka may rejoin for this process meanwhile (after a session
-        // timeout), under a member id no assignment has shown yet: the
-        // consumer's id now is this process's too.
-        own.extend(member_id(consumer));
         if let Ok(groups) = consumer.fetch_group_list(Some(group), Duration::from_secs(5)) {
-            let members = groups
-                .groups()
-                .iter()
-                .flat_map(|g| g.members())
-                .map(|m| (m.id(), m.client_id(), m.client_host()));
-            if let Some(successor) = successor(members, client_id, &own) {
-                tracing::info!(?own, %successor, "The group lists a member with this instance's client id that this process was never given.");
-                return Some(successor);
+            let members = || {
+                groups
+                    .groups()
+                    .iter()
+                    .flat_map(|g| g.members())
+                    .map(|m| (m.id(), m.client_id(), m.client_host()))
+            };
+            // librdkafka may rejoin for this process while the question is
+            // out (after a session timeout): the group then lists the new
+            // membership, whose id the consumer takes when the join's
+            // answer arrives and the assignment names soon after. So the
+            // ids are read again after the answer, and a member that looks
+            // like a successor is believed only if it still does a moment
+            // later.
+            own_ids(&mut own);
+            if successor(members(), client_id, &own).is_some() {
+                std::thread::sleep(Duration::from_millis(500));
+                own_ids(&mut own);
+                if let Some(successor) = successor(members(), client_id, &own) {
+                    tracing::info!(?own, %successor, "The group lists a member with this instance's client id that this process was never given.");
+                    return Some(successor);
+                }
             }
         }
         if Instant::now() >= deadline {
