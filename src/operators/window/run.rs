@@ -108,7 +108,7 @@ pub(crate) fn window_group(store_key: &[u8]) -> Option<&[u8]> {
 /// bounds, the records merged into it and one value per field (`fields`
 /// in declaration order); what is not a stored window, as it is.
 pub(crate) fn window_view<'a>(stored: Value, fields: impl Iterator<Item = &'a String>) -> Value {
-    let Ok(slot) = serde_json::from_value::<StoredWindow>(stored.clone()) else {
+    let Ok(slot) = StoredWindow::deserialize(&stored) else {
         return stored;
     };
     let mut value = Map::new();

@@ -139,11 +139,7 @@ pub(crate) async fn scan(
     match ask(context, store, &op, params, forwarded).await {
         Err(refusal) => refusal.reply(),
         Ok(found) if forwarded => entries(&found, encoding),
-        Ok(found) => {
-            let (page, next) = page(found, limit);
-            let page = as_windows(store, page);
-            let mut body = entries_json(&page, encoding);
-            body["store"] = json!(store.name);
+        Ok(found) => page_reply(store, found, limit, encoding, |body| {
             body["prefix"] = json!(encoding.show(&bounds.prefix));
             if let Some(from) = &bounds.from {
                 body["from"] = json!(encoding.show(from));
@@ -151,10 +147,7 @@ pub(crate) async fn scan(
             if let Some(to) = &bounds.to {
                 body["to"] = json!(encoding.show(to));
             }
-            body["truncated"] = json!(next.is_some());
-            body["next"] = json!(next);
-            reply(StatusCode::OK, &body)
-        }
+        }),
     }
 }
 
@@ -208,22 +201,35 @@ async fn windows(
     match answer(context, store, &op, &tasks, forwarded).await {
         Err(refusal) => refusal.reply(),
         Ok(found) if forwarded => entries(&found, encoding),
-        Ok(found) => {
-            let (page, next) = page(found, limit);
-            let mut body = entries_json(&as_windows(store, page), encoding);
-            body["store"] = json!(store.name);
-            encoding.put(&mut body, &key);
+        Ok(found) => page_reply(store, found, limit, encoding, |body| {
+            encoding.put(body, &key);
             if let Some(from) = from {
                 body["from"] = json!(crate::record::json::rfc3339_millis(from));
             }
             if let Some(to) = to {
                 body["to"] = json!(crate::record::json::rfc3339_millis(to));
             }
-            body["truncated"] = json!(next.is_some());
-            body["next"] = json!(next);
-            reply(StatusCode::OK, &body)
-        }
+        }),
     }
+}
+
+/// The first `limit` of `found` as an answer: the entries (a window
+/// store's under their group keys), the store, what `asked` adds (the
+/// request's bounds), and whether more remain (`truncated`, `next`).
+fn page_reply(
+    store: &QueryableStore,
+    found: Vec<Found>,
+    limit: usize,
+    encoding: KeyEncoding,
+    asked: impl FnOnce(&mut Value),
+) -> Reply {
+    let (page, next) = page(found, limit);
+    let mut body = entries_json(&as_windows(store, page), encoding);
+    body["store"] = json!(store.name);
+    asked(&mut body);
+    body["truncated"] = json!(next.is_some());
+    body["next"] = json!(next);
+    reply(StatusCode::OK, &body)
 }
 
 /// A window bound of a request: RFC 3339 (any offset) or epoch
