@@ -12,7 +12,7 @@
 //! 3. the same application (group, state directory, topics) is started
 //!    again and timed from its start to the group being done with the
 //!    input (measure.rs): start, group join, restore of its state from
-//!    the changelogs, then the rest of the input.
+//!    the changelogs, then the rest of the input, and its tasks running.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -77,6 +77,11 @@ pub fn recover(launch: &Launch, input: &str, partitions: i32, dir: &Path) -> Rec
         std::thread::sleep(Duration::from_millis(25));
     }
     follow(running.as_ref(), &progress, started);
+    // The killed run's last commit may have taken all of the input (a
+    // small input commits in a few transactions): the restart is then
+    // timed to its state restored and its tasks running, and it is not
+    // stopped before it has started.
+    running.wait_ready(partitions);
     let seconds = started.elapsed().as_secs_f64();
     running.stop();
     Recovery {

@@ -108,6 +108,7 @@ impl Running for KafkaStreamsPeer {
 struct Quix {
     child: Option<Child>,
     log: PathBuf,
+    group: String,
 }
 
 impl Quix {
@@ -134,8 +135,19 @@ impl Running for Quix {
         }
     }
 
+    /// Quix Streams says nothing while it runs: it is taken to be ready
+    /// once its consumer group has members.
     fn wait_ready(&self, _partitions: i32) {
-        unreachable!("Quix Streams' latency is not measured");
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
+        while crate::measure::group_is_empty(&self.group) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "Quix Streams did not join its group; log:\n{}",
+                self.log_tail()
+            );
+            self.assert_running();
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn stop(mut self: Box<Self>) {
@@ -383,6 +395,7 @@ impl Launch {
                 Box::new(Quix {
                     child: Some(child),
                     log,
+                    group: self.group.clone(),
                 })
             }
         }

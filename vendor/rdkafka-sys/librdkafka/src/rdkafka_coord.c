@@ -205,6 +205,35 @@ static void rd_kafka_coord_req_tmr_cb(rd_kafka_timers_t *rkts, void *arg) {
         rd_kafka_coord_req_fsm(rkts->rkts_rk, creq);
 }
 
+static void rd_kafka_coord_req_keep(rd_kafka_coord_req_t *creq);
+static rd_bool_t rd_kafka_coord_req_destroy(rd_kafka_t *rk,
+                                            rd_kafka_coord_req_t *creq,
+                                            rd_bool_t done);
+
+/**
+ * @brief Once a second while a coord request waits: a coordinator that is
+ *        down, or decommissioned while the cache still holds it, may never
+ *        announce a state change, so the state machine asks again for the
+ *        coordinator (at most once a second) and fails the request once its
+ *        timeout has passed.
+ *
+ * A one-shot timer, started again while the request waits: the state
+ * machine may free the request, and the timer with it.
+ */
+static void rd_kafka_coord_req_wait_tmr_cb(rd_kafka_timers_t *rkts,
+                                           void *arg) {
+        rd_kafka_coord_req_t *creq = arg;
+        rd_kafka_t *rk             = rkts->rkts_rk;
+
+        rd_kafka_coord_req_keep(creq);
+        rd_kafka_coord_req_fsm(rk, creq);
+        if (!creq->creq_done)
+                rd_kafka_timer_start_oneshot(
+                    &rk->rk_timers, &creq->creq_wait_tmr, rd_true,
+                    1000 * 1000 /* 1s */, rd_kafka_coord_req_wait_tmr_cb,
+                    creq);
+        rd_kafka_coord_req_destroy(rk, creq, rd_false /*!done*/);
+}
 
 /**
  * @brief Look up coordinator for \p coordtype and \p coordkey
@@ -251,6 +280,10 @@ void rd_kafka_coord_req(rd_kafka_t *rk,
 
         TAILQ_INSERT_TAIL(&rk->rk_coord_reqs, creq, creq_link);
 
+        rd_kafka_timer_start_oneshot(&rk->rk_timers, &creq->creq_wait_tmr,
+                                     rd_true, 1000 * 1000 /* 1s */,
+                                     rd_kafka_coord_req_wait_tmr_cb, creq);
+
         if (delay_ms)
                 rd_kafka_timer_start_oneshot(&rk->rk_timers, &creq->creq_tmr,
                                              rd_true, (rd_ts_t)delay_ms * 1000,
@@ -283,6 +316,8 @@ static rd_bool_t rd_kafka_coord_req_destroy(rd_kafka_t *rk,
                 creq->creq_done = rd_true;
 
                 rd_kafka_timer_stop(&rk->rk_timers, &creq->creq_tmr,
+                                    RD_DO_LOCK);
+                rd_kafka_timer_stop(&rk->rk_timers, &creq->creq_wait_tmr,
                                     RD_DO_LOCK);
         }
 
@@ -463,6 +498,12 @@ static void rd_kafka_coord_req_fsm(rd_kafka_t *rk, rd_kafka_coord_req_t *creq) {
 
         if (unlikely(rd_kafka_terminating(rk))) {
                 rd_kafka_coord_req_fail(rk, creq, RD_KAFKA_RESP_ERR__DESTROY);
+                return;
+        }
+
+        if (creq->creq_ts_timeout != RD_POLL_INFINITE &&
+            rd_timeout_expired(rd_timeout_remains(creq->creq_ts_timeout))) {
+                rd_kafka_coord_req_fail(rk, creq, RD_KAFKA_RESP_ERR__TIMED_OUT);
                 return;
         }
 

@@ -83,6 +83,9 @@ typedef struct rd_kafka_coord_req_s {
                                          *   provided to creq_send_req_cb
                                          *   (optional). */
         rd_kafka_timer_t creq_tmr;      /**< Delay timer. */
+        rd_kafka_timer_t creq_wait_tmr; /**< Runs the state machine every
+                                         *   second until the request is
+                                         *   done or its timeout passed. */
         rd_ts_t creq_ts_timeout;        /**< Absolute timeout.
                                          *   Will fail with an error
                                          *   code pertaining to the
