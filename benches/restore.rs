@@ -293,7 +293,7 @@ fn write_state(scenario: &Scenario, dir: &Path) -> (PathBuf, f64) {
     let writer = App::start(&scenario.config(state.clone(), "writer"), dir);
     let started = std::time::Instant::now();
     // Published as of commits: every account's fold is committed.
-    writer.wait_metric_present(
+    writer.wait_metric(
         "streamfold_fold_open_folds",
         Duration::from_secs(3600),
         |n| n == scenario.events as f64,

@@ -82,7 +82,7 @@ fn a_broker_down_for_three_minutes_with_transactions_open_is_waited_out() {
         },
         dir.path(),
     );
-    app.wait_metric_present(
+    app.wait_metric(
         "streamfold_runtime_tasks_running",
         Duration::from_secs(120),
         |n| n == 4.0,

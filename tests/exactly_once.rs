@@ -549,7 +549,7 @@ fn run(scenario: Scenario) {
     wait_for_folds(&second, &mut follower, PER_ACCOUNT);
     // Events counted again leave a fold open past the last full one.
     if !repeats {
-        second.wait_metric_present(
+        second.wait_metric(
             "streamfold_fold_open_folds",
             Duration::from_secs(120),
             |n| n == 0.0,

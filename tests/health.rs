@@ -150,7 +150,7 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
     let (status, report) = wait_for(&first, "/readyz", "ready", |s, _| s == 200);
     assert_eq!(report["tasks"]["running"], 1, "{report}");
     assert_eq!(status, 200);
-    first.wait_metric_present("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+    first.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
         n == ACCOUNTS as f64
     });
     first.stop();
@@ -212,7 +212,7 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
     assert_eq!(ready["tasks"]["running"], 1, "{ready}");
     assert_eq!(ready["tasks"]["restoring"], 0, "{ready}");
     assert_eq!(second.metric("streamfold_runtime_tasks_restoring"), 0.0);
-    second.wait_metric_present("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+    second.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
         n == ACCOUNTS as f64
     });
     // An unknown path is 404.

@@ -122,7 +122,7 @@ fn a_stream_table_join_is_exact_across_a_kill_and_a_wiped_state() {
     let end = orders(&producer, &orders_topic, 0, 1_000);
     wait_committed_to(&first, &app, &orders_topic, &end, Duration::from_secs(120));
     // Metrics are published every few seconds: wait for the first batch.
-    let before = first.wait_metric_present(
+    let before = first.wait_metric(
         "streamfold_node_records_out_total",
         Duration::from_secs(60),
         |n| n >= 991.0,
@@ -345,7 +345,7 @@ fn a_stream_stream_outer_join_is_exact_across_a_kill_and_a_wiped_state() {
     let first = App::start(&config, dir.path());
     wait_committed_to(&first, &app, &clicks, &clicks_end, Duration::from_secs(120));
     wait_committed_to(&first, &app, &views, &views_end, Duration::from_secs(120));
-    let before = first.wait_metric_present(
+    let before = first.wait_metric(
         "streamfold_node_records_in_total",
         Duration::from_secs(60),
         |n| n >= 3_000.0,
@@ -392,12 +392,12 @@ fn a_stream_stream_outer_join_is_exact_across_a_kill_and_a_wiped_state() {
     wait_committed_to(&second, &app, &views, &views_end, Duration::from_secs(120));
     // Every click and view leaves its buffer (timers fire in rounds, after
     // the flush's offsets may have committed).
-    second.wait_metric_present(
+    second.wait_metric(
         "streamfold_join_expired_records_total",
         Duration::from_secs(60),
         |n| n >= 6_000.0,
     );
-    second.wait_metric_present(
+    second.wait_metric(
         "streamfold_join_late_records_total",
         Duration::from_secs(10),
         |n| n == 0.0,
@@ -569,7 +569,7 @@ fn a_table_table_outer_join_emits_one_change_per_update_across_a_kill_and_a_wipe
         &producer.ends(&limits, PARTITIONS),
         Duration::from_secs(120),
     );
-    let before = first.wait_metric_present(
+    let before = first.wait_metric(
         "streamfold_node_records_in_total",
         Duration::from_secs(60),
         |n| n >= 1_500.0,
@@ -584,7 +584,7 @@ fn a_table_table_outer_join_emits_one_change_per_update_across_a_kill_and_a_wipe
     std::fs::remove_dir_all(&config.state_dir).unwrap();
 
     let second = App::start(&config, dir.path());
-    second.wait_metric_present(
+    second.wait_metric(
         "streamfold_runtime_tasks_running",
         Duration::from_secs(120),
         |n| n == f64::from(PARTITIONS),

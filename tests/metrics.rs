@@ -117,7 +117,7 @@ dead_letter: {{ topic: {app}-dlq }}
             },
             self.dir.path(),
         );
-        app.wait_metric_present(
+        app.wait_metric(
             "streamfold_runtime_tasks_running",
             Duration::from_secs(120),
             |n| n == f64::from(PARTITIONS),
@@ -280,7 +280,7 @@ fn every_counter_is_exported_at_zero_before_any_input() {
     let setup = Setup::new("sf-zero");
     let app = setup.start(&[]);
     // Per-task gauges appear once tasks run, at the next metrics round.
-    app.wait_metric_present(
+    app.wait_metric(
         "streamfold_fold_open_folds",
         Duration::from_secs(30),
         |_| true,
@@ -627,7 +627,7 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
     // What reaches the fold goes through its repartition topic, after the
     // source offsets commit.
     let reaching_fold = count(Kind::Good) + count(Kind::FractionalAmount);
-    app.wait_metric_present(
+    app.wait_metric(
         "streamfold_fold_eligible_events_total",
         Duration::from_secs(120),
         |n| n == reaching_fold as f64,
@@ -758,5 +758,36 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
     assert_eq!(
         drops, expected,
         "filter rejected, dropped (positive, valid), records in/out (valid), records in (totals)"
+    );
+}
+
+/// The tests' reading of a metric fails on a series that is not there,
+/// rather than reading it as 0: a check that a counter is zero must fail
+/// when the counter is missing.
+#[test]
+fn a_missing_series_fails_the_read_instead_of_reading_as_zero() {
+    let text = "# TYPE streamfold_transactions_aborted_total counter\n\
+                streamfold_transactions_aborted_total 0\n\
+                streamfold_node_dropped_records_total{node=\"a\"} 2\n";
+    assert_eq!(
+        parse_metric(text, "streamfold_transactions_aborted_total"),
+        0.0
+    );
+    assert_eq!(
+        parse_metric(text, r#"streamfold_node_dropped_records_total{node="a"}"#),
+        2.0
+    );
+    for missing in [
+        "streamfold_transactions_committed_total",
+        r#"streamfold_node_dropped_records_total{node="b"}"#,
+    ] {
+        let read = std::panic::catch_unwind(|| parse_metric(text, missing));
+        assert!(read.is_err(), "{missing} read as {read:?}");
+    }
+    let endpoint_down =
+        std::panic::catch_unwind(|| parse_metric("", "streamfold_transactions_aborted_total"));
+    assert!(
+        endpoint_down.is_err(),
+        "an empty scrape read as {endpoint_down:?}"
     );
 }

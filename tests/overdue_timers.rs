@@ -81,7 +81,7 @@ fn a_hundred_thousand_overdue_folds_fire_in_bounded_rounds_after_a_restart() {
     // Every account opens a fold; the process stops before any goes quiet.
     let first = App::start(&config, dir.path());
     wait_committed_to(&first, &app, &source, &end, Duration::from_secs(300));
-    first.wait_metric_present("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+    first.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
         n == ACCOUNTS as f64
     });
     first.stop();
@@ -89,7 +89,7 @@ fn a_hundred_thousand_overdue_folds_fire_in_bounded_rounds_after_a_restart() {
     std::thread::sleep(Duration::from_secs(31));
 
     let second = App::start(&config, dir.path());
-    second.wait_metric_present(
+    second.wait_metric(
         "streamfold_fold_open_folds",
         Duration::from_secs(300),
         |n| n == 0.0,
@@ -206,7 +206,7 @@ dead_letter: {{ topic: {app}-dlq }}
         dir.path(),
     );
     wait_committed_to(&running, &app, &source, &end, Duration::from_secs(300));
-    running.wait_metric_present(
+    running.wait_metric(
         "streamfold_node_records_out_total",
         Duration::from_secs(300),
         |n| n >= KEYS as f64,

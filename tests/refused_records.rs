@@ -97,7 +97,7 @@ fn records_the_broker_refuses_for_good_become_dead_letters_and_the_rest_goes_on(
         dir.path(),
     );
     wait_committed_to(&running, &app, &source, &ends, Duration::from_secs(120));
-    let aborts = running.wait_metric_present(
+    let aborts = running.wait_metric(
         "streamfold_transactions_aborted_total",
         Duration::from_secs(10),
         |_| true,

@@ -185,12 +185,12 @@ fn reset_refuses_while_running_plans_with_dry_run_and_starts_the_application_ove
     // one open fold per key, counting each key's events once.
     let again = App::start(&config, dir.path());
     wait_committed_to(&again, &app, &source, &end, Duration::from_secs(120));
-    again.wait_metric_present(
+    again.wait_metric(
         "streamfold_fold_eligible_events_total",
         Duration::from_secs(60),
         |n| n == EVENTS as f64,
     );
-    again.wait_metric_present("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+    again.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
         n == KEYS as f64
     });
     again.stop();

@@ -110,12 +110,12 @@ fn a_removed_key_by_does_not_drop_the_state_it_built() {
     wait_committed_to(&with_key_by, &app, &source, &end, Duration::from_secs(120));
     // Every event went through the repartition topic and was folded in a
     // committed transaction (counters are published as of commits).
-    with_key_by.wait_metric_present(
+    with_key_by.wait_metric(
         "streamfold_fold_eligible_events_total",
         Duration::from_secs(120),
         |n| n == EVENTS as f64,
     );
-    let open = with_key_by.wait_metric_present(
+    let open = with_key_by.wait_metric(
         "streamfold_fold_open_folds",
         Duration::from_secs(120),
         |n| n == ACCOUNTS as f64,
@@ -132,7 +132,7 @@ fn a_removed_key_by_does_not_drop_the_state_it_built() {
     );
     // Every open fold comes back (a restore that dropped some never gets
     // there, and the wait fails with the value it saw).
-    without.wait_metric_present(
+    without.wait_metric(
         "streamfold_fold_open_folds",
         Duration::from_secs(120),
         |n| n == open,
@@ -170,7 +170,7 @@ fn run_over(config: &AppConfig, app: &str, source: &str, events: std::ops::Range
     let end = produce_accounts(source, "account", events);
     let first = App::start(config, config.state_dir.parent().unwrap());
     wait_committed_to(&first, app, source, &end, Duration::from_secs(120));
-    first.wait_metric_present(
+    first.wait_metric(
         "streamfold_fold_open_folds",
         Duration::from_secs(120),
         |n| n == ACCOUNTS as f64,
@@ -200,7 +200,7 @@ fn a_re_created_changelog_means_a_full_restore_with_a_warning() {
     }
 
     let second = App::start(&config, dir.path());
-    second.wait_metric_present(
+    second.wait_metric(
         "streamfold_runtime_tasks_running",
         Duration::from_secs(120),
         |n| n == 4.0,
@@ -272,7 +272,7 @@ fn a_changelog_truncated_past_the_state_means_a_full_restore_with_a_warning() {
     std::fs::rename(&old, &config.state_dir).unwrap();
 
     let second = App::start(&config, dir.path());
-    second.wait_metric_present(
+    second.wait_metric(
         "streamfold_runtime_tasks_running",
         Duration::from_secs(120),
         |n| n == 4.0,
@@ -303,12 +303,12 @@ fn a_restart_over_its_own_state_keeps_it() {
     let config = run_until_every_account_has_an_open_fold(dir.path(), &app);
 
     let second = App::start(&config, dir.path());
-    second.wait_metric_present(
+    second.wait_metric(
         "streamfold_runtime_tasks_running",
         Duration::from_secs(120),
         |n| n == 4.0,
     );
-    second.wait_metric_present("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+    second.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
         n == ACCOUNTS as f64
     });
     let log = second.stop();
@@ -363,7 +363,7 @@ fn a_restore_that_replays_records_counts_the_stores_again() {
     let end = produce_accounts(&source, "late_account", 0..EVENTS);
     let later = App::start(&config, dir.path());
     wait_committed_to(&later, &app, &source, &end, Duration::from_secs(120));
-    later.wait_metric_present(
+    later.wait_metric(
         "streamfold_fold_open_folds",
         Duration::from_secs(120),
         |n| n == 2.0 * ACCOUNTS as f64,
@@ -374,7 +374,7 @@ fn a_restore_that_replays_records_counts_the_stores_again() {
     std::fs::remove_dir_all(&config.state_dir).unwrap();
     std::fs::rename(&behind, &config.state_dir).unwrap();
     let third = App::start(&config, dir.path());
-    third.wait_metric_present(
+    third.wait_metric(
         "streamfold_fold_open_folds",
         Duration::from_secs(120),
         |n| n == 2.0 * ACCOUNTS as f64,
@@ -487,7 +487,7 @@ dead_letter: {{ topic: {app}-dlq }}
     // The first host would move event time only after an hour idle.
     let first = App::start(&host("state-a", "1h"), dir.path());
     wait_committed_to(&first, &app, &source, &end, Duration::from_secs(120));
-    first.wait_metric_present("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+    first.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
         n == 20.0
     });
     first.stop();
@@ -496,7 +496,7 @@ dead_letter: {{ topic: {app}-dlq }}
     // event time resumes where the last commit left it, so after 2 s idle
     // it runs with the wall clock and the folds go quiet 10 s later.
     let second = App::start(&host("state-b", "2s"), dir.path());
-    let closed = second.wait_metric_present(
+    let closed = second.wait_metric(
         r#"streamfold_fold_closed_total{cause="quiet"}"#,
         Duration::from_secs(60),
         |n| n == 20.0,
@@ -540,7 +540,7 @@ fn deleted_group_offsets_lose_no_state() {
     round(0, EVENTS);
     // The last round: one more event for every account.
     round(EVENTS, EVENTS + ACCOUNTS);
-    first.wait_metric_present(
+    first.wait_metric(
         "streamfold_fold_eligible_events_total",
         Duration::from_secs(60),
         |n| n == (EVENTS + ACCOUNTS) as f64,
@@ -606,7 +606,7 @@ fn a_changelog_header_name_that_is_not_utf8_does_not_stop_a_restore() {
 
     std::fs::remove_dir_all(&config.state_dir).unwrap();
     let second = App::start(&config, dir.path());
-    second.wait_metric_present(
+    second.wait_metric(
         "streamfold_fold_open_folds",
         Duration::from_secs(120),
         |n| n == ACCOUNTS as f64,

@@ -96,7 +96,7 @@ fn run_started_before_its_source_topic_waits_for_it_then_folds_what_arrives() {
 
     // Waiting, and saying so: the gauge counts the missing topic, and the
     // log names it, again 10 s later.
-    app.wait_metric_present(MISSING, Duration::from_secs(60), |v| v == 1.0);
+    app.wait_metric(MISSING, Duration::from_secs(60), |v| v == 1.0);
     let lines = app.wait_log_lines(WAITING, 2, Duration::from_secs(60));
     for line in &lines {
         assert!(line.contains(&names.source), "{line}");
@@ -166,7 +166,7 @@ fn a_signal_stops_run_while_it_waits_for_its_source_topic() {
     let dir = temp_dir();
     let names = Names::new();
     let app = App::start(&names.app(&dir.path().join("state"), &[]), dir.path());
-    app.wait_metric_present(MISSING, Duration::from_secs(60), |v| v == 1.0);
+    app.wait_metric(MISSING, Duration::from_secs(60), |v| v == 1.0);
     app.wait_log_lines(WAITING, 1, Duration::from_secs(60));
 
     let said_waiting = app.log_text().matches(WAITING).count();

@@ -146,7 +146,7 @@ fn windowed_counts_are_exact_across_a_kill_and_a_wiped_state() {
     let end = produce(&producer, &source, 0, 1_500);
     let first = App::start(&config, dir.path());
     wait_committed_to(&first, &app, &source, &end, Duration::from_secs(120));
-    first.wait_metric_present(
+    first.wait_metric(
         "streamfold_window_closed_windows_total",
         Duration::from_secs(60),
         |n| n > 0.0,

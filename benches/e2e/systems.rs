@@ -49,7 +49,11 @@ impl Running for Instances {
             let running: f64 = self
                 .0
                 .iter()
-                .map(|app| app.metric("streamfold_runtime_tasks_running"))
+                // Not exported yet: the instance is not up, nothing runs.
+                .map(|app| {
+                    app.metric_if_exported("streamfold_runtime_tasks_running")
+                        .unwrap_or(0.0)
+                })
                 .sum();
             if running >= f64::from(partitions) {
                 return;

@@ -540,7 +540,7 @@ fn main() {
     let mut a = Some(bench.start("a"));
     let writer = a.as_ref().unwrap();
     // Published as of commits: every account's fold is committed.
-    writer.wait_metric_present(
+    writer.wait_metric(
         "streamfold_fold_open_folds",
         Duration::from_secs(3600),
         |n| n == bench.accounts as f64,

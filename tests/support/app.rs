@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::broker::broker;
-use super::metrics::{find_metric, parse_metric};
+use super::metrics::find_metric;
 use super::netns::Netns;
 use super::process::{process_state, signal, stacks};
 use super::{free_port, unique};
@@ -169,29 +169,33 @@ impl App {
             .unwrap_or_default()
     }
 
-    /// Sum of a metric over its label sets (0 when absent).
+    /// Sum of a metric over its label sets. A metric `/metrics` does not
+    /// export (or a `/metrics` that does not answer) fails the test: a
+    /// missing counter is not a zero.
     pub fn metric(&self, name: &str) -> f64 {
-        parse_metric(&self.metrics_text(), name)
+        let text = self.metrics_text();
+        find_metric(&text, name).unwrap_or_else(|| {
+            panic!(
+                "metric {name} is not exported ({}); log:\n{}",
+                if text.is_empty() {
+                    "/metrics did not answer"
+                } else {
+                    "/metrics answered without it"
+                },
+                self.log_text()
+            )
+        })
     }
 
-    /// Waits until `condition` holds on the metric `name`.
-    pub fn wait_metric(
-        &self,
-        name: &str,
-        timeout: Duration,
-        condition: impl Fn(f64) -> bool,
-    ) -> f64 {
-        self.wait_for_metric(
-            name,
-            timeout,
-            |text| Some(parse_metric(text, name)),
-            condition,
-        )
+    /// The metric, or `None` while it (or `/metrics`) is not there yet:
+    /// for a poll that starts before the process serves its metrics.
+    pub fn metric_if_exported(&self, name: &str) -> Option<f64> {
+        find_metric(&self.metrics_text(), name)
     }
 
     /// Waits until the metric `name` is exported and `condition` holds on
-    /// it; unlike [`App::wait_metric`], an absent metric never counts as 0.
-    pub fn wait_metric_present(
+    /// it; an absent metric never counts as 0.
+    pub fn wait_metric(
         &self,
         name: &str,
         timeout: Duration,

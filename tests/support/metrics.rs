@@ -2,11 +2,13 @@
 
 use std::collections::BTreeMap;
 
-/// Sum of the samples `selector` picks in Prometheus text (0 when none).
-/// A selector is a metric name, optionally with the labels a sample must
+/// Sum of the samples `selector` picks in Prometheus text; a selector no
+/// sample matches fails the test (a missing series is not a zero). A
+/// selector is a metric name, optionally with the labels a sample must
 /// carry, as in PromQL: `streamfold_fold_closed_total{cause="quiet"}`.
 pub fn parse_metric(text: &str, selector: &str) -> f64 {
-    find_metric(text, selector).unwrap_or(0.0)
+    find_metric(text, selector)
+        .unwrap_or_else(|| panic!("no sample of {selector} in the metrics:\n{text}"))
 }
 
 /// Sum of the samples `selector` picks in Prometheus text (see
