@@ -160,6 +160,17 @@ fn the_statefulset_gives_run_only_flags_and_variables_it_has() {
             .unwrap_or_else(|| panic!("the container sets {name}"))
     };
     assert_eq!(value("STREAMFOLD_INSTANCE_ID"), "fieldRef:metadata.name");
+    // Static members: a pod back on its volume keeps its tasks
+    // (docs/kubernetes.md), not a new member's rebalance.
+    assert_eq!(value("STREAMFOLD_STATIC_MEMBERSHIP"), "true");
+    // Sized, so the scheduler places it where it fits.
+    let requests = at(container, &["resources", "requests"]);
+    for resource in ["cpu", "memory"] {
+        assert!(
+            !text(at(requests, &[resource])).is_empty(),
+            "no {resource} request"
+        );
+    }
     assert_eq!(
         value("STREAMFOLD_QUERY_TOKEN"),
         "secretKeyRef:streamfold-query-token/token"

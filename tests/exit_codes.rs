@@ -409,6 +409,15 @@ fn a_producer_that_keeps_failing_ends_the_process_after_five_rejoins() {
         6,
         "a new producer for each membership: {log}"
     );
+    // Each membership's task closes where it ran, and says so: readers of
+    // the log (a dashboard, the chaos harness) count a task on one
+    // instance, not on the failed one too.
+    assert_eq!(log.matches("Task running. task=0").count(), 6, "{log}");
+    assert_eq!(
+        log.matches("Task closed. task=0").count(),
+        6,
+        "every close is logged, after a failure too: {log}"
+    );
     let out = format!("{app_name}-out");
     assert!(
         read_to_end(&out, Duration::from_secs(60)).is_empty(),

@@ -225,7 +225,6 @@ fn series_labels(series: &str) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// Checks that `name{labels}` is exported (with `want`, when given).
 /// The steps of a commit `streamfold_commit_phase_duration_seconds` times.
 const COMMIT_PHASES: [&str; 5] = ["changelog", "flush", "offsets", "commit", "apply"];
 const PHASE_COUNT: &str = "streamfold_commit_phase_duration_seconds_count";
@@ -252,6 +251,7 @@ fn metric_value(text: &str, name: &str, pairs: &[(&str, &str)]) -> f64 {
         .unwrap_or_else(|| panic!("{name}{wanted:?} is not exported"))
 }
 
+/// Checks that `name{labels}` is exported (with `want`, when given).
 fn expect(
     text: &str,
     name: &str,
@@ -383,6 +383,30 @@ fn every_counter_is_exported_at_zero_before_any_input() {
         Some(f64::from(PARTITIONS)),
         &mut problems,
     );
+    // The task lifecycle: each partition's task opened once, none closed.
+    for (name, want) in [
+        (
+            "streamfold_runtime_tasks_created_total",
+            f64::from(PARTITIONS),
+        ),
+        ("streamfold_runtime_tasks_closed_total", 0.0),
+        ("streamfold_runtime_tasks_restoring", 0.0),
+    ] {
+        expect(&text, name, &app_only, Some(want), &mut problems);
+    }
+    // The loop's latencies: each a histogram of its own from startup.
+    for name in [
+        "streamfold_runtime_poll_duration_seconds_count",
+        "streamfold_runtime_batch_duration_seconds_count",
+        "streamfold_runtime_punctuate_duration_seconds_count",
+    ] {
+        expect(&text, name, &app_only, None, &mut problems);
+    }
+    // The instance polls while it waits for input.
+    let polls = series(&text, "streamfold_runtime_poll_duration_seconds_count");
+    if !polls.iter().any(|(_, v)| *v > 0.0) {
+        problems.push(format!("no poll was timed: {polls:?}"));
+    }
     // One instance: it joined (and was assigned), nothing was taken away.
     expect(&text, REBALANCE_COUNT, &app_only, None, &mut problems);
     for (event, want) in [

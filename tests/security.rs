@@ -466,22 +466,29 @@ fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
     feed(&client, &names, 100, 3);
     let internal = format!("{}-", names.app);
     let transactional_id = format!("{}-a", names.app);
+    // Each with whether `check --cluster` can tell beforehand: Kafka
+    // answers what a principal may do with a topic or a group, not with a
+    // transactional id.
     let cases = [
         (
             Acl::prefixed("TOPIC", &internal, "WRITE"),
             format!("WRITE on topic `{internal}fold_account-open-changelog` (changelog)"),
+            true,
         ),
         (
             Acl::prefixed("TRANSACTIONAL_ID", &internal, "WRITE"),
             format!("WRITE on transactional id `{transactional_id}`"),
+            false,
         ),
         (
             Acl::literal("TOPIC", &names.source, "READ"),
             format!("READ on topic `{}` (source `post_metrics`)", names.source),
+            true,
         ),
         (
             Acl::literal("GROUP", &names.app, "READ"),
             format!("READ on group `{}` (the consumer group", names.app),
+            true,
         ),
         // WRITE was all that let it see the sink: the cluster now hides
         // the topic from it altogether.
@@ -491,10 +498,38 @@ fn an_application_missing_one_acl_stops_naming_it_and_commits_nothing() {
                 "WRITE, DESCRIBE_CONFIGS on topic `{}` (sink `folded`; the cluster does not let it even describe the topic)",
                 names.folded
             ),
+            true,
         ),
     ];
-    for (acl, named) in cases {
+    let env = config.env.clone();
+    let check = || streamfold(&["check", topology.to_str().unwrap(), "--cluster"], &env);
+    let all_granted = check();
+    assert!(all_granted.status.success(), "{}", text(&all_granted));
+    assert!(
+        text(&all_granted).contains("cluster: ok"),
+        "{}",
+        text(&all_granted)
+    );
+    for (acl, named, checked) in cases {
         broker.revoke(&user, std::slice::from_ref(&acl));
+        if checked {
+            let refused = check();
+            assert_eq!(
+                refused.status.code(),
+                Some(3),
+                "without {acl:?}, check --cluster fails: {}",
+                text(&refused)
+            );
+            // The operation and its resource; why may say more (a topic
+            // the principal may not describe is hidden from it).
+            let operation = named.trim_end_matches(')');
+            assert!(
+                text(&refused).contains(operation),
+                "without {acl:?}, check --cluster names {operation}: {}",
+                text(&refused)
+            );
+            assert_no_password("check's output", &text(&refused), &broker.password);
+        }
         let app = App::start_on(&broker.bootstrap, &config, dir.path());
         // A bound on a hang, not a performance target: a refusal that were
         // retried would never end.

@@ -27,14 +27,14 @@ use crate::topology::{InternalKind, Topology};
 /// How long the broker gets to answer before we say it is unreachable.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the cluster is asked again while source topics are missing.
-const WAIT_POLL_EVERY: Duration = Duration::from_secs(1);
+pub(super) const WAIT_POLL_EVERY: Duration = Duration::from_secs(1);
 /// How often a shutdown request is looked for while waiting.
 const WAIT_SHUTDOWN_EVERY: Duration = Duration::from_millis(100);
 /// How often the topics still missing are logged.
 const WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
 /// How long startup's cluster checks are tried again while the broker does
 /// not answer.
-const PREPARE_PATIENCE: Duration = Duration::from_secs(60);
+pub(super) const PREPARE_PATIENCE: Duration = Duration::from_secs(60);
 
 /// What startup learned about the cluster.
 #[derive(Clone, Debug)]
@@ -245,7 +245,7 @@ fn nap_unless_stopped(shutdown: &AtomicBool) -> bool {
 
 /// Whether `error` says the broker did not answer (down, restarting,
 /// unreachable for a moment), not that it refused something.
-fn is_transient(error: &RuntimeError) -> bool {
+pub(super) fn is_transient(error: &RuntimeError) -> bool {
     match error {
         RuntimeError::Unreachable { .. } => true,
         RuntimeError::Kafka(e) => match e {

@@ -6,17 +6,21 @@
 //! it (a topic it may not see is reported as such, not as missing); the
 //! sources are co-partitioned (the same partition count); internal topics
 //! that exist already have that count too (the dead-letter topic may
-//! differ) and the changelogs are compacted. Nothing is created or
-//! changed.
+//! differ) and the changelogs are compacted; and what this principal may
+//! do with every topic and group the application uses, as `run` asks it
+//! at startup (`permissions`). Nothing is created or changed.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::RuntimeError;
-use super::admin::{refuse_uncompacted_changelogs, topic_partitions};
+use super::admin::{
+    PREPARE_PATIENCE, WAIT_POLL_EVERY, is_transient, refuse_uncompacted_changelogs,
+    topic_partitions,
+};
 use super::settings::{self, RunOptions};
 use crate::topology::{InternalKind, Topology};
 
@@ -109,6 +113,27 @@ pub fn check_cluster(
     match refuse_uncompacted_changelogs(&admin, &changelogs) {
         Ok(()) => {}
         Err(RuntimeError::Cluster(problem)) => report.problems.push(problem),
+        Err(other) => return Err(other),
+    }
+    // Topics that do not exist yet are left out (`run` creates them and
+    // asks again); a transactional id's ACL cannot be asked about, only
+    // met, and `run` names it when the broker refuses it.
+    // Asked again while the broker does not answer (a group's coordinator
+    // still loading on a new cluster), as `run` asks.
+    let deadline = Instant::now() + PREPARE_PATIENCE;
+    let permitted = loop {
+        match super::permissions::check(&admin, &settings, topology) {
+            Err(error) if is_transient(&error) && Instant::now() < deadline => {
+                std::thread::sleep(WAIT_POLL_EVERY);
+            }
+            result => break result,
+        }
+    };
+    match permitted {
+        Ok(()) => {}
+        Err(refused @ RuntimeError::NotAuthorized { .. }) => {
+            report.problems.push(refused.to_string());
+        }
         Err(other) => return Err(other),
     }
     Ok(report)

@@ -53,6 +53,7 @@ pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
         (telemetry::COMMIT_PHASE_DURATION, COMMIT_BUCKETS),
         (telemetry::BATCH_DURATION, LOOP_BUCKETS),
         (telemetry::PUNCTUATE_DURATION, LOOP_BUCKETS),
+        (telemetry::POLL_DURATION, LOOP_BUCKETS),
         (telemetry::REBALANCE_CALLBACK_DURATION, REBALANCE_BUCKETS),
         (telemetry::REBALANCE_DURATION, REBALANCE_BUCKETS),
         (telemetry::SINK_E2E_LATENCY, E2E_BUCKETS),
@@ -171,6 +172,7 @@ pub fn register_topology(topology: &Topology) {
     let _ = ::metrics::histogram!(telemetry::ABORT_DURATION);
     let _ = ::metrics::histogram!(telemetry::BATCH_DURATION, "topology" => app.to_string());
     let _ = ::metrics::histogram!(telemetry::PUNCTUATE_DURATION, "topology" => app.to_string());
+    let _ = ::metrics::histogram!(telemetry::POLL_DURATION, "topology" => app.to_string());
     ::metrics::counter!(telemetry::RECORDS_CONSUMED, "topology" => app.to_string()).increment(0);
     ::metrics::counter!(telemetry::RECORDS_COMMITTED, "topology" => app.to_string()).increment(0);
     ::metrics::counter!(telemetry::RECORDS_BEHIND, "topology" => app.to_string()).increment(0);

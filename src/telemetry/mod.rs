@@ -422,6 +422,10 @@ pub(crate) const REBALANCE_EVENTS: [&str; 3] = ["assigned", "revoked", "lost"];
 /// every output of theirs is with the producer (decode, process, encode;
 /// a process latency, per batch).
 pub(crate) const BATCH_DURATION: &str = "streamfold_runtime_batch_duration_seconds";
+/// Seconds each poll for a batch took, from the consumer's queue and the
+/// tasks' own: the wait for records when none had come included (Kafka
+/// Streams' `poll-latency`).
+pub(crate) const POLL_DURATION: &str = "streamfold_runtime_poll_duration_seconds";
 /// Seconds a round of due timers took, from firing to their outputs with
 /// the producer.
 pub(crate) const PUNCTUATE_DURATION: &str = "streamfold_runtime_punctuate_duration_seconds";

@@ -131,6 +131,7 @@ impl Engine {
                 publish_task_metrics(&self.topology, task, &mut assigned, true);
                 metrics::counter!(telemetry::TASKS_CLOSED, "topology" => self.topology.name.clone())
                     .increment(1);
+                tracing::info!(task, "Task closed.");
             }
             let _ = self.restorer.remove(task);
         }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
@@ -26,6 +26,10 @@ pub(super) fn main_loop(
 ) -> Result<(), RuntimeError> {
     let mut queues = Queues::default();
     let mut timeout = Duration::from_millis(10);
+    let poll_duration = {
+        let engine = consumer.context().lock();
+        metrics::histogram!(crate::telemetry::POLL_DURATION, "topology" => engine.topology.name.clone())
+    };
     loop {
         // Polled messages borrow the queues, so they change only here,
         // with none held.
@@ -33,7 +37,7 @@ pub(super) fn main_loop(
             let mut engine = consumer.context().lock();
             queues.update(consumer, &mut engine)?;
         }
-        if rounds(consumer, &queues, shutdown, &mut timeout)? {
+        if rounds(consumer, &queues, shutdown, &mut timeout, &poll_duration)? {
             tracing::info!("Shutting down: committing and leaving the group.");
             return Ok(());
         }
@@ -56,6 +60,7 @@ fn rounds<'c>(
     queues: &'c Queues,
     shutdown: &AtomicBool,
     timeout: &mut Duration,
+    poll_duration: &metrics::Histogram,
 ) -> Result<bool, RuntimeError> {
     let context = consumer.context();
     let mut next: Vec<Polled<'c>> = Vec::with_capacity(BATCH);
@@ -68,7 +73,9 @@ fn rounds<'c>(
             return Ok(true);
         }
         let mut polled = std::mem::replace(&mut next, Vec::with_capacity(BATCH));
+        let started = Instant::now();
         let consumed = poll_batch(consumer, queues, &mut polled, *timeout);
+        poll_duration.record(started.elapsed());
         let mut prefetched = Ok(());
         if !polled.is_empty() {
             let last = std::mem::take(&mut handled);
