@@ -117,9 +117,9 @@ pub fn check_cluster(
     }
     // Topics that do not exist yet are left out (`run` creates them and
     // asks again); a transactional id's ACL cannot be asked about, only
-    // met, and `run` names it when the broker refuses it.
-    // Asked again while the broker does not answer (a group's coordinator
-    // still loading on a new cluster), as `run` asks.
+    // met, and `run` names it when the broker refuses it. Asked again
+    // while the broker does not answer (a new cluster's group coordinator
+    // still loading), as `run` asks.
     let deadline = Instant::now() + PREPARE_PATIENCE;
     let permitted = loop {
         match super::permissions::check(&admin, &settings, topology) {
