@@ -5,7 +5,9 @@
 //! timeout — without rejoining the group or fencing its successor in
 //! turn; nothing is lost or doubled beyond its own never-committed
 //! transaction. An instance alone in its group, whose overdue transaction
-//! the coordinator aborted, was not fenced: it goes on.
+//! the coordinator aborted, was not fenced: it goes on. Nor does a process
+//! take a member of its own, or an earlier process's, that the group lists
+//! under an id it was never given, for a successor.
 //!
 //! The fixture (names, events, the exact folds) is `social_metrics`.
 
@@ -279,4 +281,179 @@ fn expect_fenced(zombie: App) {
     let tasks = log.matches("Task running.").count();
     let stopped = log.lines().find(|l| l.contains("this instance was fenced"));
     eprintln!("the zombie started {tasks} tasks in all, then: {stopped:?}");
+}
+
+/// A member with this process's own client id that the process was never
+/// told of: librdkafka rejoining for it after a session timeout, whose
+/// JoinGroup answer has not reached it yet when a failed transaction asks
+/// the group who holds the instance. That member is this process, not a
+/// successor: the instance rejoins and goes on, and the output is exact.
+/// (Here the member is another consumer, given the instance's client id,
+/// so the answer does not depend on timing.)
+#[test]
+fn a_member_under_this_process_s_own_client_id_is_not_taken_for_a_successor() {
+    let (app, log, names, _dir) = failure_beside_a_member("own-client-id", |own| own.to_string());
+    assert_rejoined(app, &log, &names);
+}
+
+/// A member left by an earlier process with this instance id (killed, its
+/// session not over yet) is not a successor either: this process replaced
+/// it, and goes on after a failed transaction.
+#[test]
+fn a_member_of_an_earlier_process_with_this_instance_id_is_not_taken_for_a_successor() {
+    let (app, log, names, _dir) =
+        failure_beside_a_member("earlier-process", |own| shifted_process(own, -60_000));
+    assert_rejoined(app, &log, &names);
+}
+
+/// A member of a process with this instance id started after this one is
+/// its successor: after a failed transaction the instance stops as
+/// fenced, and does not rejoin (which would fence the successor in turn).
+#[test]
+fn a_member_of_a_later_process_with_this_instance_id_is_a_successor() {
+    let (app, log, _, _dir) =
+        failure_beside_a_member("later-process", |own| shifted_process(own, 60_000));
+    assert!(log.contains("Task running."), "{log}");
+    expect_fenced(app);
+}
+
+/// The client id of a process of the same instance started `shift_ms`
+/// milliseconds from the one whose group consumer has `own`
+/// (`<app>-<instance>-p<start, 12 hex digits of Unix milliseconds><4 hex
+/// digits>`).
+fn shifted_process(own: &str, shift_ms: i64) -> String {
+    let (instance, process) = own.rsplit_once("-p").expect("a process suffix");
+    assert_eq!(process.len(), 16, "{own}");
+    let started = i64::from_str_radix(&process[..12], 16).expect("hex milliseconds");
+    format!("{instance}-p{:012x}{}", started + shift_ms, &process[12..])
+}
+
+/// Starts an instance whose first transaction will fail fatally, waits
+/// until it runs its four tasks, then has another consumer join its group
+/// with the client id `impostor` makes of the instance's consumer's (that
+/// consumer subscribes to a topic of its own, so it takes no task), and
+/// sends the input once the group holds both. Returns the instance (the
+/// other consumer gone), its log once it has either stopped or committed
+/// every input record, the test's names, and the directory of its state
+/// and log.
+fn failure_beside_a_member(
+    name: &str,
+    impostor: impl Fn(&str) -> String,
+) -> (App, String, Names, tempfile::TempDir) {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+
+    let _serial = serial();
+    let names = Names::new(name);
+    let accounts = 300;
+    let total = accounts * PER_ACCOUNT;
+    create_topic(&names.source, 4);
+    let elsewhere = unique("elsewhere");
+    create_topic(&elsewhere, 1);
+    let dir = temp_dir();
+    let mut config = names.app("v", dir.path().join("state"), true);
+    config
+        .args
+        .extend(["--inject-fault".into(), "commit:fatal@1".into()]);
+    let app = App::start(&config, dir.path());
+    app.wait_log_lines("Task running.", 4, Duration::from_secs(120));
+
+    let group = |client: &BaseConsumer| {
+        let groups = client
+            .fetch_group_list(Some(&names.app), Duration::from_secs(10))
+            .expect("the group is described");
+        let group = groups.groups().first().expect("the group exists");
+        let members: Vec<String> = group
+            .members()
+            .iter()
+            .map(|m| m.client_id().to_string())
+            .collect();
+        (group.state().to_string(), members)
+    };
+    let observer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker().bootstrap)
+        .create()
+        .unwrap();
+    let (_, members) = group(&observer);
+    let prefix = format!("{}-{}", names.app, config.instance);
+    let own = members
+        .iter()
+        .find(|c| c.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no member of the group is the instance: {members:?}"))
+        .clone();
+
+    let impostor_id = impostor(&own);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let member = {
+        let (stop, group_id, topic, client_id) = (
+            stop.clone(),
+            names.app.clone(),
+            elsewhere.clone(),
+            impostor_id.clone(),
+        );
+        std::thread::spawn(move || {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &broker().bootstrap)
+                .set("group.id", &group_id)
+                .set("client.id", &client_id)
+                .set("partition.assignment.strategy", "cooperative-sticky")
+                .set("enable.auto.commit", "false")
+                .create()
+                .unwrap();
+            consumer.subscribe(&[topic.as_str()]).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let _ = consumer.poll(Duration::from_millis(100));
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (state, members) = group(&observer);
+        if state == "Stable" && members.len() == 2 && members.contains(&impostor_id) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group did not settle with the impostor: {state} {members:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let producer = TestProducer::new();
+    produce_range(&producer, &names.source, 0..total, accounts);
+    let ends = producer.ends(&names.source, 4);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while Instant::now() < deadline {
+        let log = app.log_text();
+        if log.contains("this instance was fenced")
+            || group_committed(&names.app, &names.source, 4) == ends
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Ordering::Relaxed);
+    member.join().unwrap();
+    let log = app.log_text();
+    eprintln!("the instance's client id {own}, the other member's {impostor_id}");
+    (app, log, names, dir)
+}
+
+/// The instance's transaction failed, it rejoined with a new producer and
+/// went on; every account folded exactly once.
+fn assert_rejoined(app: App, log: &str, names: &Names) {
+    assert!(!log.contains("this instance was fenced"), "{log}");
+    app.assert_running();
+    assert!(
+        log.contains("The producer is unusable; closing the tasks and rejoining the group."),
+        "the injected failure happened: {log}"
+    );
+    app.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
+        n == 0.0
+    });
+    let outputs = read_to_end(&names.folded, Duration::from_secs(60));
+    assert_exact(&outputs, 300);
+    app.stop();
 }

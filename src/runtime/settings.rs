@@ -180,6 +180,15 @@ pub(crate) fn consumer_config(topology: &Topology, options: &RunOptions) -> Clie
     if topology.kafka.static_membership {
         enforce(&mut config, "group.instance.id", &options.instance_id);
     }
+    // The group lists its members by client id; the process's mark in it
+    // tells this process's memberships from another process's with the
+    // same instance id (a successor, or a predecessor whose session has not
+    // ended yet).
+    let instance = config.get("client.id").unwrap_or_default().to_string();
+    config.set(
+        "client.id",
+        super::engine::ProcessId::current().client_id(&instance),
+    );
     config
 }
 

@@ -5,10 +5,11 @@
 //! fence the successor in turn) or may not (an overdue transaction the
 //! coordinator aborted; a group loaded again after a broker's restart
 //! that holds this very process under an earlier member id). The group's
-//! member list tells the two apart: [`judge`].
+//! member list, whose client ids name each member's process
+//! ([`ProcessId`]), tells the two apart: [`judge`].
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -24,7 +25,7 @@ pub(super) type MemberIds = Arc<Mutex<HashSet<String>>>;
 
 /// What a membership that ended with `result` means for the process: a
 /// fatal failure becomes [`CommitError::Fenced`] (stop) when the group
-/// lists a successor with this instance's client id, and stays
+/// lists a successor, a later process with this instance's id, and stays
 /// [`CommitError::Fatal`] (rejoin) otherwise; any other result is kept.
 pub(super) fn judge(
     consumer: &BaseConsumer<EngineContext>,
@@ -46,7 +47,7 @@ pub(super) fn judge(
             reason,
         )));
     }
-    let replaced = replaced_in_group(consumer, &topology.name, client_id, wait);
+    let replaced = replaced_in_group(consumer, &topology.name, client_id, false, wait);
     Err(RuntimeError::Commit(match replaced {
         Some(successor) => CommitError::Fenced(format!(
             "another member of the group runs with this instance's id ({successor}) \
@@ -78,8 +79,8 @@ pub(super) fn membership_verdict_wait(consumer: &rdkafka::ClientConfig) -> Durat
 /// group loaded again after a broker's restart can hold the instance under
 /// a member id of an earlier membership of this process (librdkafka issue
 /// 3437 reports the same). So the fencing is believed only when the group
-/// lists a member with this instance's client id that this process was
-/// never given; otherwise the process rejoins.
+/// lists a member of a process with this instance's id started after this
+/// one ([`ProcessId`]); otherwise the process rejoins.
 fn membership_verdict(
     consumer: &BaseConsumer<EngineContext>,
     group: &str,
@@ -91,7 +92,7 @@ fn membership_verdict(
     loop {
         if let Some((RDKafkaErrorCode::FencedInstanceId, fenced)) = consumer.client().fatal_error()
         {
-            return match replaced_in_group(consumer, group, client_id, wait) {
+            return match replaced_in_group(consumer, group, client_id, true, wait) {
                 Some(successor) => CommitError::Fenced(format!(
                     "the group gave this instance's static membership to another consumer \
                      ({successor}; {fenced}): {reason}"
@@ -115,19 +116,27 @@ fn membership_verdict(
     }
 }
 
-/// Whether a dynamic member whose producer failed was replaced by another
-/// process with its instance id; if so, that member's description. The
-/// producer cannot tell (its fencing by a successor and the coordinator's
-/// abort of an overdue transaction are reported alike), and the group has
-/// no instance ids to refuse, but its members carry their client id,
-/// `<app>-<instance id>`: another member with this instance's client id is
-/// a successor, which a new producer of this process would fence.
+/// Whether a member whose producer or consumer failed was replaced by
+/// another process with its instance id; if so, that member's
+/// description. The producer cannot tell (its fencing by a successor and
+/// the coordinator's abort of an overdue transaction are reported alike),
+/// but the group's members can: see [`Own`].
 fn replaced_in_group(
     consumer: &BaseConsumer<EngineContext>,
     group: &str,
     client_id: &str,
+    static_membership: bool,
     wait: Duration,
 ) -> Option<String> {
+    let Some((instance, process)) = ProcessId::split(client_id) else {
+        // Not a client id `consumer_config` makes: no member can be told
+        // apart from this process, so none is taken for a successor.
+        tracing::warn!(
+            client_id,
+            "The group consumer's client id names no process."
+        );
+        return None;
+    };
     // Every id this process's consumer holds or was assigned under.
     let own_ids = |own: &mut HashSet<String>| {
         own.extend(
@@ -141,54 +150,172 @@ fn replaced_in_group(
         );
         own.extend(member_id(consumer));
     };
-    let mut own = HashSet::new();
-    own_ids(&mut own);
+    let mut ids = HashSet::new();
+    own_ids(&mut ids);
     let deadline = Instant::now() + wait;
     loop {
-        if let Ok(groups) = consumer.fetch_group_list(Some(group), Duration::from_secs(5)) {
-            let members = || {
-                groups
-                    .groups()
-                    .iter()
-                    .flat_map(|g| g.members())
-                    .map(|m| (m.id(), m.client_id(), m.client_host()))
-            };
-            // librdkafka may rejoin for this process while the question is
-            // out (after a session timeout): the group then lists the new
-            // membership, whose id the consumer takes when the join's
-            // answer arrives and the assignment names soon after. So the
-            // ids are read again after the answer, and a member that looks
-            // like a successor is believed only if it still does a moment
-            // later.
-            own_ids(&mut own);
-            if successor(members(), client_id, &own).is_some() {
-                std::thread::sleep(Duration::from_millis(500));
-                own_ids(&mut own);
-                if let Some(successor) = successor(members(), client_id, &own) {
-                    tracing::info!(?own, %successor, "The group lists a member with this instance's client id that this process was never given.");
-                    return Some(successor);
+        let seen: Vec<String> = match consumer.fetch_group_list(Some(group), Duration::from_secs(5))
+        {
+            Ok(groups) => {
+                let members = || {
+                    groups
+                        .groups()
+                        .iter()
+                        .flat_map(|g| g.members())
+                        .map(|m| (m.id(), m.client_id(), m.client_host()))
+                };
+                if !static_membership {
+                    if let Some(successor) = successor(members(), instance, Own::Process(process)) {
+                        tracing::info!(
+                            %successor,
+                            "The group lists a member of a process with this instance's id started after this one."
+                        );
+                        return Some(successor);
+                    }
+                } else {
+                    // A static member librdkafka rejoins for this process
+                    // while the question is out (after a session timeout)
+                    // is listed before the consumer has the join's answer
+                    // and its member id. So the ids are read again after
+                    // the group's answer, and a member that looks like a
+                    // successor is believed only if it still does a moment
+                    // later.
+                    own_ids(&mut ids);
+                    if successor(members(), instance, Own::MemberIds(&ids)).is_some() {
+                        std::thread::sleep(Duration::from_millis(500));
+                        own_ids(&mut ids);
+                        if let Some(successor) =
+                            successor(members(), instance, Own::MemberIds(&ids))
+                        {
+                            tracing::info!(?ids, %successor, "The group lists a member with this instance's id that this process was never given.");
+                            return Some(successor);
+                        }
+                    }
                 }
+                members()
+                    .map(|(id, client, _)| format!("{id} ({client})"))
+                    .collect()
             }
-        }
+            Err(error) => vec![format!("the group was not described: {error}")],
+        };
         if Instant::now() >= deadline {
+            tracing::info!(
+                ?seen,
+                "The group lists no other process with this instance's id."
+            );
             return None;
         }
         std::thread::sleep(Duration::from_millis(250));
     }
 }
 
-/// Among the group's members (id, client id, host), the first that runs
-/// with `client_id` under an id this process was never given (`own`):
-/// another process with this instance's id.
+/// What, among the group's members of this instance, is this process.
+#[derive(Clone, Copy)]
+enum Own<'a> {
+    /// A dynamic member: the group lists each member under the client id it
+    /// joined with, which names its process ([`ProcessId`]). Every member of
+    /// this process is known by it, one whose join's answer the process has
+    /// not served yet included.
+    Process(ProcessId),
+    /// A static member: the group keeps the instance's entry when another
+    /// consumer joins with the instance id (only the member id changes), so
+    /// the client id listed is that of the instance's first member. Only
+    /// the member ids tell: those the group gave this process.
+    MemberIds(&'a HashSet<String>),
+}
+
+/// Among the group's members (id, client id, host), the first of the
+/// instance whose client id is `instance` that is another process than
+/// `own`: a successor, which took the instance's id over.
 fn successor<'m>(
     members: impl IntoIterator<Item = (&'m str, &'m str, &'m str)>,
-    client_id: &str,
-    own: &HashSet<String>,
+    instance: &str,
+    own: Own<'_>,
 ) -> Option<String> {
     members
         .into_iter()
-        .find(|(id, client, _)| *client == client_id && !own.contains(*id))
-        .map(|(id, _, host)| format!("member {id} on {host}"))
+        .find(|(id, client, _)| match own {
+            Own::Process(process) => process.is_succeeded_by(client, instance),
+            Own::MemberIds(ids) => ProcessId::is_of(client, instance) && !ids.contains(*id),
+        })
+        .map(|(id, client, host)| format!("member {id} ({client}) on {host}"))
+}
+
+/// A process of an instance, as its group consumer's client id names it:
+/// `<instance's client id>-p<start><nonce>`, the start in Unix
+/// milliseconds (12 hex digits) and 16 random bits (4). The group lists a
+/// process's memberships under that client id whatever their member ids:
+/// one librdkafka has just begun for it (after a session timeout, its
+/// JoinGroup answer not served yet) and one of an earlier consumer of the
+/// process (a group reloaded after a broker's restart) are told from
+/// another process's by the id alone, with no race against the group's
+/// answers. Of two processes with one instance id, the later started is
+/// the successor (Kafka Streams, likewise, names each process in its
+/// client ids).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcessId {
+    started_ms: u64,
+    nonce: u16,
+}
+
+impl ProcessId {
+    /// This process's, fixed at its first use.
+    pub(crate) fn current() -> ProcessId {
+        static CURRENT: OnceLock<ProcessId> = OnceLock::new();
+        *CURRENT.get_or_init(|| ProcessId {
+            started_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            nonce: {
+                // `RandomState` draws its keys from the system's randomness.
+                use std::hash::{BuildHasher, Hasher};
+                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+                hasher.write_u32(std::process::id());
+                hasher.finish() as u16
+            },
+        })
+    }
+
+    /// The group consumer's client id of this process of `instance` (the
+    /// client id its other clients have).
+    pub(crate) fn client_id(self, instance: &str) -> String {
+        format!("{instance}-p{:012x}{:04x}", self.started_ms, self.nonce)
+    }
+
+    /// The instance's client id and the process in a group consumer's
+    /// client id.
+    fn split(client_id: &str) -> Option<(&str, ProcessId)> {
+        let (instance, mark) = client_id.rsplit_once("-p")?;
+        if mark.len() != 16 || !mark.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let started_ms = u64::from_str_radix(&mark[..12], 16).ok()?;
+        let nonce = u16::from_str_radix(&mark[12..], 16).ok()?;
+        Some((instance, ProcessId { started_ms, nonce }))
+    }
+
+    /// Whether `client` is a client id of a process of `instance` (one of a
+    /// streamfold that did not mark its clients included).
+    fn is_of(client: &str, instance: &str) -> bool {
+        client == instance || ProcessId::split(client).is_some_and(|(of, _)| of == instance)
+    }
+
+    /// Whether the member with `client` is another process of `instance`
+    /// that started after this one. A member under the instance's bare
+    /// client id is a process of a streamfold that did not mark its
+    /// clients, whose start is unknown: taken for a successor, so that
+    /// this process stops rather than fence it.
+    fn is_succeeded_by(self, client: &str, instance: &str) -> bool {
+        if client == instance {
+            return true;
+        }
+        match ProcessId::split(client) {
+            Some((of, other)) if of == instance => {
+                other != self && (other.started_ms, other.nonce) > (self.started_ms, self.nonce)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The member id the group gave `consumer`, if it is a member.
@@ -211,41 +338,90 @@ pub(super) fn member_id<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Optio
 mod tests {
     use std::collections::HashSet;
 
-    use super::successor;
+    use super::{Own, ProcessId, successor};
 
-    fn own(ids: &[&str]) -> HashSet<String> {
-        ids.iter().map(|id| id.to_string()).collect()
+    fn process(started_ms: u64, nonce: u16) -> ProcessId {
+        ProcessId { started_ms, nonce }
     }
 
-    /// A member with this instance's client id is a successor only under
-    /// an id the group never gave this process: one it gave in an earlier
+    #[test]
+    fn a_process_id_round_trips_through_the_client_id() {
+        let own = process(0x019a_d3f0_1234, 0xbeef);
+        let client = own.client_id("app-instance-0");
+        assert_eq!(client, "app-instance-0-p019ad3f01234beef");
+        assert_eq!(ProcessId::split(&client), Some(("app-instance-0", own)));
+        let current = ProcessId::current();
+        assert_eq!(current, ProcessId::current(), "fixed for the process");
+        assert_eq!(
+            ProcessId::split(&current.client_id("a-b-p-c")),
+            Some(("a-b-p-c", current)),
+            "instance ids with `-p` in them"
+        );
+        for unmarked in [
+            "app-instance-0",
+            "app-instance-0-p12",
+            "app-x-pzzzzzzzzzzzzzzzz",
+        ] {
+            assert_eq!(ProcessId::split(unmarked), None, "{unmarked}");
+        }
+    }
+
+    /// A member of this instance is a successor only when its process
+    /// started after this one: this process's own memberships (under any
+    /// member id) and an earlier process's are not, nor are other
+    /// instances' (one whose id merely begins with this one's included).
+    #[test]
+    fn a_successor_is_a_later_process_of_this_instance() {
+        let own = process(1_000_000, 7);
+        let ours = own.client_id("app-i-0");
+        let earlier = process(999_000, 9).client_id("app-i-0");
+        let later = process(1_000_500, 1).client_id("app-i-0");
+        let other_instance = process(2_000_000, 1).client_id("app-i-0-b");
+        let members = [
+            ("app-i-0-aaa", ours.as_str(), "/10.0.0.1"),
+            ("app-i-0-bbb", ours.as_str(), "/10.0.0.1"),
+            ("app-i-0-ccc", earlier.as_str(), "/10.0.0.7"),
+            ("app-i-0-b-ddd", other_instance.as_str(), "/10.0.0.8"),
+        ];
+        let own = Own::Process(own);
+        assert_eq!(successor(members, "app-i-0", own), None);
+        let with_later = [members[0], ("app-i-0-eee", later.as_str(), "/10.0.0.9")];
+        assert_eq!(
+            successor(with_later, "app-i-0", own),
+            Some(format!("member app-i-0-eee ({later}) on /10.0.0.9"))
+        );
+        assert_eq!(
+            successor([("app-i-0-fff", "app-i-0", "/10.0.0.3")], "app-i-0", own),
+            Some("member app-i-0-fff (app-i-0) on /10.0.0.3".into()),
+            "a process that does not mark its client id is taken for a successor"
+        );
+        assert_eq!(successor([], "app-i-0", own), None);
+    }
+
+    /// A static member of this instance is a successor only under a member
+    /// id the group never gave this process, whatever its client id (the
+    /// group keeps the instance's first one): a member id of an earlier
     /// membership (a group loaded again after a broker's restart) is this
     /// process itself.
     #[test]
-    fn a_successor_is_a_member_with_this_client_id_and_an_id_never_ours() {
+    fn a_static_successor_is_a_member_id_never_ours() {
+        let first = process(1_000_000, 7).client_id("app-i-0");
         let members = [
-            ("app-instance-1-aaa", "app-instance-1", "/10.0.0.2"),
-            ("app-instance-0-old", "app-instance-0", "/10.0.0.1"),
-            ("app-instance-0-new", "app-instance-0", "/10.0.0.9"),
+            ("i-1-aaa", "app-i-1-p0000000f42400001", "/10.0.0.2"),
+            ("i-0-new", first.as_str(), "/10.0.0.9"),
         ];
+        let ids = |ids: &[&str]| ids.iter().map(|id| id.to_string()).collect::<HashSet<_>>();
+        let old = ids(&["i-0-old"]);
         assert_eq!(
-            successor(members, "app-instance-0", &own(&["app-instance-0-old"])),
-            Some("member app-instance-0-new on /10.0.0.9".into())
+            successor(members, "app-i-0", Own::MemberIds(&old)),
+            Some(format!("member i-0-new ({first}) on /10.0.0.9"))
         );
+        let both = ids(&["i-0-old", "i-0-new"]);
         assert_eq!(
-            successor(
-                members,
-                "app-instance-0",
-                &own(&["app-instance-0-old", "app-instance-0-new"])
-            ),
+            successor(members, "app-i-0", Own::MemberIds(&both)),
             None,
-            "every member with this client id is one of this process's memberships"
+            "every member of this instance is one of this process's memberships"
         );
-        assert_eq!(
-            successor(members, "app-instance-7", &own(&[])),
-            None,
-            "no member runs with this client id"
-        );
-        assert_eq!(successor([], "app-instance-0", &own(&[])), None);
+        assert_eq!(successor(members, "app-i-7", Own::MemberIds(&old)), None);
     }
 }
