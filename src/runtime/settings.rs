@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rdkafka::config::ClientConfig;
 
@@ -185,10 +185,7 @@ pub(crate) fn consumer_config(topology: &Topology, options: &RunOptions) -> Clie
     // same instance id (a successor, or a predecessor whose session has not
     // ended yet).
     let instance = config.get("client.id").unwrap_or_default().to_string();
-    config.set(
-        "client.id",
-        super::engine::ProcessId::current().client_id(&instance),
-    );
+    config.set("client.id", ProcessId::current().client_id(&instance));
     config
 }
 
@@ -253,9 +250,116 @@ pub fn admin_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     config
 }
 
+/// A process of an instance, as its group consumer's client id names it:
+/// `<instance's client id>-p<start><nonce>`, the start in Unix
+/// milliseconds (12 hex digits) and 16 random bits (4). The group lists a
+/// process's memberships under that client id whatever their member ids:
+/// one librdkafka has just begun for it (after a session timeout, its
+/// JoinGroup answer not served yet) and one of an earlier consumer of the
+/// process (a group reloaded after a broker's restart) are told from
+/// another process's by the id alone, with no race against the group's
+/// answers. Of two processes with one instance id, the later started is
+/// the successor (Kafka Streams, likewise, names each process in its
+/// client ids). This holds for dynamic members only: the group gives a
+/// consumer that joins with a known `group.instance.id` the instance's
+/// entry, with the client id of its first member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcessId {
+    started_ms: u64,
+    nonce: u16,
+}
+
+impl ProcessId {
+    /// A process started at `started_ms` whose random bits are `nonce`.
+    #[cfg(test)]
+    pub(crate) fn new(started_ms: u64, nonce: u16) -> ProcessId {
+        ProcessId { started_ms, nonce }
+    }
+
+    /// This process's, fixed at its first use.
+    pub(crate) fn current() -> ProcessId {
+        static CURRENT: OnceLock<ProcessId> = OnceLock::new();
+        *CURRENT.get_or_init(|| ProcessId {
+            started_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            nonce: {
+                // `RandomState` draws its keys from the system's randomness.
+                use std::hash::{BuildHasher, Hasher};
+                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+                hasher.write_u32(std::process::id());
+                hasher.finish() as u16
+            },
+        })
+    }
+
+    /// The group consumer's client id of this process of `instance` (the
+    /// client id its other clients have).
+    pub(crate) fn client_id(self, instance: &str) -> String {
+        format!("{instance}-p{:012x}{:04x}", self.started_ms, self.nonce)
+    }
+
+    /// The instance's client id and the process in a group consumer's
+    /// client id.
+    pub(crate) fn split(client_id: &str) -> Option<(&str, ProcessId)> {
+        let (instance, mark) = client_id.rsplit_once("-p")?;
+        if mark.len() != 16 || !mark.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let started_ms = u64::from_str_radix(&mark[..12], 16).ok()?;
+        let nonce = u16::from_str_radix(&mark[12..], 16).ok()?;
+        Some((instance, ProcessId { started_ms, nonce }))
+    }
+
+    /// Whether `client` is a client id of a process of `instance` (one of a
+    /// streamfold that did not mark its clients included).
+    pub(crate) fn is_of(client: &str, instance: &str) -> bool {
+        client == instance || ProcessId::split(client).is_some_and(|(of, _)| of == instance)
+    }
+
+    /// Whether the member with `client` is another process of `instance`
+    /// that started after this one. A member under the instance's bare
+    /// client id is a process of a streamfold that did not mark its
+    /// clients, whose start is unknown: taken for a successor, so that
+    /// this process stops rather than fence it.
+    pub(crate) fn is_succeeded_by(self, client: &str, instance: &str) -> bool {
+        if client == instance {
+            return true;
+        }
+        match ProcessId::split(client) {
+            Some((of, other)) if of == instance => {
+                other != self && (other.started_ms, other.nonce) > (self.started_ms, self.nonce)
+            }
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_id_round_trips_through_the_client_id() {
+        let own = ProcessId::new(0x019a_d3f0_1234, 0xbeef);
+        let client = own.client_id("app-instance-0");
+        assert_eq!(client, "app-instance-0-p019ad3f01234beef");
+        assert_eq!(ProcessId::split(&client), Some(("app-instance-0", own)));
+        let current = ProcessId::current();
+        assert_eq!(current, ProcessId::current(), "fixed for the process");
+        assert_eq!(
+            ProcessId::split(&current.client_id("a-b-p-c")),
+            Some(("a-b-p-c", current)),
+            "instance ids with `-p` in them"
+        );
+        for unmarked in [
+            "app-instance-0",
+            "app-instance-0-p12",
+            "app-x-pzzzzzzzzzzzzzzzz",
+        ] {
+            assert_eq!(ProcessId::split(unmarked), None, "{unmarked}");
+        }
+    }
 
     /// A topology whose `kafka.static_membership` is `static_membership`.
     fn topology(static_membership: bool) -> Arc<Topology> {

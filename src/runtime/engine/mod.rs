@@ -57,7 +57,6 @@ use crate::topology::Topology;
 use crate::topology::model::{Guarantee, OffsetReset};
 
 use context::EngineContext;
-pub(crate) use membership::ProcessId;
 use membership::{MemberIds, membership_verdict_wait};
 use poll::main_loop;
 
