@@ -283,13 +283,7 @@ impl ProcessId {
             started_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
-            nonce: {
-                // `RandomState` draws its keys from the system's randomness.
-                use std::hash::{BuildHasher, Hasher};
-                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-                hasher.write_u32(std::process::id());
-                hasher.finish() as u16
-            },
+            nonce: super::commit::rand_u64() as u16,
         })
     }
 

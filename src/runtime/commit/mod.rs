@@ -65,7 +65,7 @@ use std::time::Duration;
 pub(crate) use cycle::{CommitCycle, CycleTask, TaskCursor, offsets_list};
 pub(crate) use hooks::Faults;
 pub use hooks::{Fault, FaultAction, FaultPoint, TestHooks};
-pub(crate) use transactions::{Produce, Transactions};
+pub(crate) use transactions::{Produce, Transactions, rand_u64};
 
 /// How long a transactional call may take before we give up on it.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);

@@ -756,9 +756,9 @@ impl Transactions {
     }
 }
 
-/// A random 64-bit value for the run id, without a dependency: the
-/// standard library's per-process random hash keys.
-fn rand_u64() -> u64 {
+/// A random 64-bit value (run ids, process ids), without a dependency:
+/// the standard library's per-process random hash keys.
+pub(crate) fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u128(
