@@ -216,11 +216,27 @@ pub(crate) fn prepare_patiently(
     config: &ClientConfig,
     shutdown: &AtomicBool,
 ) -> Result<Layout, RuntimeError> {
+    while_unanswered(
+        shutdown,
+        || prepare(topology, config),
+        |error| tracing::warn!(%error, "The cluster checks failed on a broker that stopped answering; trying again."),
+    )
+}
+
+/// `attempt`, made again every [`WAIT_POLL_EVERY`] while it fails because
+/// the broker does not answer ([`is_transient`]), for at most
+/// [`PREPARE_PATIENCE`] or until shutdown; then its last result. `retrying`
+/// hears each error that is tried again.
+pub(super) fn while_unanswered<T>(
+    shutdown: &AtomicBool,
+    mut attempt: impl FnMut() -> Result<T, RuntimeError>,
+    retrying: impl Fn(&RuntimeError),
+) -> Result<T, RuntimeError> {
     let deadline = Instant::now() + PREPARE_PATIENCE;
     loop {
-        match prepare(topology, config) {
+        match attempt() {
             Err(error) if is_transient(&error) && Instant::now() < deadline => {
-                tracing::warn!(%error, "The cluster checks failed on a broker that stopped answering; trying again.");
+                retrying(&error);
                 if !nap_unless_stopped(shutdown) {
                     return Err(error);
                 }

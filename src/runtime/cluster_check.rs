@@ -10,17 +10,15 @@
 //! do with every topic and group the application uses, as `run` asks it
 //! at startup (`permissions`). Nothing is created or changed.
 
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::RuntimeError;
-use super::admin::{
-    PREPARE_PATIENCE, WAIT_POLL_EVERY, is_transient, refuse_uncompacted_changelogs,
-    topic_partitions,
-};
+use super::admin::{refuse_uncompacted_changelogs, topic_partitions, while_unanswered};
 use super::settings::{self, RunOptions};
 use crate::topology::{InternalKind, Topology};
 
@@ -120,15 +118,12 @@ pub fn check_cluster(
     // met, and `run` names it when the broker refuses it. Asked again
     // while the broker does not answer (a new cluster's group coordinator
     // still loading), as `run` asks.
-    let deadline = Instant::now() + PREPARE_PATIENCE;
-    let permitted = loop {
-        match super::permissions::check(&admin, &settings, topology) {
-            Err(error) if is_transient(&error) && Instant::now() < deadline => {
-                std::thread::sleep(WAIT_POLL_EVERY);
-            }
-            result => break result,
-        }
-    };
+    let never = AtomicBool::new(false);
+    let permitted = while_unanswered(
+        &never,
+        || super::permissions::check(&admin, &settings, topology),
+        |_| {},
+    );
     match permitted {
         Ok(()) => {}
         Err(refused @ RuntimeError::NotAuthorized { .. }) => {
