@@ -334,9 +334,14 @@ sinks:
 
     /// The `streamfold_…` names in `text`.
     fn names_in(text: &str) -> std::collections::BTreeSet<String> {
+        names_with_prefix(text, "streamfold_")
+    }
+
+    /// The metric names in `text` that begin with `prefix`.
+    fn names_with_prefix(text: &str, prefix: &str) -> std::collections::BTreeSet<String> {
         let mut names = std::collections::BTreeSet::new();
         let mut rest = text;
-        while let Some(at) = rest.find("streamfold_") {
+        while let Some(at) = rest.find(prefix) {
             let name: String = rest[at..]
                 .chars()
                 .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
@@ -394,6 +399,40 @@ sinks:
         assert!(
             exported_undocumented.is_empty(),
             "exported at startup but not in docs/metrics.md: {exported_undocumented:?}"
+        );
+    }
+
+    /// The page's process metrics are exactly those the process collector
+    /// exports at a scrape, both ways.
+    #[test]
+    fn the_metrics_page_lists_exactly_the_process_metrics_a_scrape_exports() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let page = std::fs::read_to_string(root.join("docs/metrics.md")).unwrap();
+        let documented: std::collections::BTreeSet<String> = names_with_prefix(&page, "process_")
+            .into_iter()
+            .filter(|n| page.contains(&format!("`{n}`")))
+            .collect();
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        ::metrics::with_local_recorder(&recorder, || {
+            let collector = metrics_process::Collector::default();
+            collector.describe();
+            collector.collect();
+        });
+        let exported: std::collections::BTreeSet<String> = handle
+            .render()
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|line| line.split_whitespace().next())
+            .map(str::to_string)
+            .collect();
+        assert!(
+            exported.contains("process_resident_memory_bytes"),
+            "the collector reported to the recorder: {exported:?}"
+        );
+        assert_eq!(
+            exported, documented,
+            "exported by the process collector (left) and listed in docs/metrics.md (right)"
         );
     }
 }
