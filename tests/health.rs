@@ -201,9 +201,9 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
         progress[0].contains("tasks=1") && progress[0].contains("remaining="),
         "{progress:?}"
     );
+    assert!(progress[0].contains("per_second="), "{progress:?}");
     assert_eq!(second.metric("streamfold_runtime_tasks_restoring"), 1.0);
     assert_eq!(second.metric("streamfold_runtime_tasks_running"), 0.0);
-
     fetch_quota(&client_id, None);
     let (_, ready) = wait_for(&second, "/readyz", "ready after the restore", |s, _| {
         s == 200
@@ -212,6 +212,7 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
     assert_eq!(ready["tasks"]["running"], 1, "{ready}");
     assert_eq!(ready["tasks"]["restoring"], 0, "{ready}");
     assert_eq!(second.metric("streamfold_runtime_tasks_restoring"), 0.0);
+    assert!(second.metric("streamfold_restore_records_restored_total") > 0.0);
     second.wait_metric("streamfold_fold_open_folds", Duration::from_secs(60), |n| {
         n == ACCOUNTS as f64
     });
