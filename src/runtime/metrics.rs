@@ -332,6 +332,16 @@ sinks:
         }
     }
 
+    /// The metric names a Prometheus rendering declares a type for.
+    fn exported_names(rendered: &str) -> std::collections::BTreeSet<String> {
+        rendered
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|line| line.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
+    }
+
     /// The `streamfold_…` names in `text`.
     fn names_in(text: &str) -> std::collections::BTreeSet<String> {
         names_with_prefix(text, "streamfold_")
@@ -384,13 +394,7 @@ sinks:
             register_topology(&topology);
             register_partitions(&topology, 2);
         });
-        let exported: std::collections::BTreeSet<String> = handle
-            .render()
-            .lines()
-            .filter_map(|line| line.strip_prefix("# TYPE "))
-            .filter_map(|line| line.split_whitespace().next())
-            .map(str::to_string)
-            .collect();
+        let exported: std::collections::BTreeSet<String> = exported_names(&handle.render());
         assert!(
             exported.len() > 20,
             "the recorder saw the registrations: {exported:?}"
@@ -419,13 +423,7 @@ sinks:
             collector.describe();
             collector.collect();
         });
-        let exported: std::collections::BTreeSet<String> = handle
-            .render()
-            .lines()
-            .filter_map(|line| line.strip_prefix("# TYPE "))
-            .filter_map(|line| line.split_whitespace().next())
-            .map(str::to_string)
-            .collect();
+        let exported: std::collections::BTreeSet<String> = exported_names(&handle.render());
         assert!(
             exported.contains("process_resident_memory_bytes"),
             "the collector reported to the recorder: {exported:?}"
