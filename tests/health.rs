@@ -4,9 +4,10 @@
 //!
 //! The restore is held open by the broker, not by the clock: a fetch
 //! quota on the instance's client id (set through Kafka's Admin API,
-//! `tests/kafka/ClientQuota.java`) lets the restore consumers read a few
-//! kilobytes a second, so a changelog of a megabyte cannot be restored
-//! before the test has seen the instance restoring and lifted the quota.
+//! `tests/kafka/ClientQuota.java`) of a few bytes a second, below any one
+//! fetch, so the broker answers the restore consumers' fetches empty
+//! until the test has seen the instance restoring and lifted the quota.
+//! (What is left to restore is then known before a record was read.)
 
 mod support;
 
@@ -84,6 +85,14 @@ fn fetch_quota(client_id: &str, bytes_per_second: Option<u64>) {
     assert!(status.success(), "setting the quota of {client_id} failed");
 }
 
+/// The value of `name=` in a log line (its fields are `name=value`).
+fn log_field<'a>(line: &'a str, name: &str) -> &'a str {
+    let prefix = format!("{name}=");
+    line.split_whitespace()
+        .find_map(|field| field.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {name}= in {line}"))
+}
+
 fn write_topology(dir: &Path, app: &str, source: &str) -> std::path::PathBuf {
     let path = dir.join("topology.yaml");
     std::fs::write(
@@ -156,10 +165,10 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
     first.stop();
 
     // Without its local state, the next run restores the whole changelog,
-    // a few kilobytes a second.
+    // and reads none of it while the quota holds.
     std::fs::remove_dir_all(&config.state_dir).unwrap();
     let client_id = format!("{app_name}-{}", config.instance);
-    fetch_quota(&client_id, Some(4_096));
+    fetch_quota(&client_id, Some(64));
     let second = App::start(&config, dir.path());
     let (status, restoring) = wait_for(&second, "/readyz", "a task restoring", |_, r| {
         r["tasks"]["restoring"] == 1
@@ -202,8 +211,22 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
         "{progress:?}"
     );
     assert!(progress[0].contains("per_second="), "{progress:?}");
+    // What is left is the whole changelog (a record per account, and the
+    // transactions' markers), known from where the changelog ends before
+    // the restore read anything; the gauge says the same.
+    let remaining: f64 = log_field(&progress[0], "remaining")
+        .parse()
+        .unwrap_or_else(|_| panic!("{progress:?}"));
+    assert!(remaining >= ACCOUNTS as f64, "{progress:?}");
+    assert!(
+        second.metric("streamfold_restore_records_remaining") >= ACCOUNTS as f64,
+        "{}",
+        second.metrics_text()
+    );
     assert_eq!(second.metric("streamfold_runtime_tasks_restoring"), 1.0);
     assert_eq!(second.metric("streamfold_runtime_tasks_running"), 0.0);
+    // (The broker's throttle of the connections it held back outlasts the
+    // quota by tens of seconds.)
     fetch_quota(&client_id, None);
     let (_, ready) = wait_for(&second, "/readyz", "ready after the restore", |s, _| {
         s == 200

@@ -19,7 +19,9 @@
 //! partition that reaches its end is unassigned alone (incrementally); the
 //! others keep their fetch position. Tasks restore independently and in
 //! steps between processing, so a restoring task never blocks the others.
-//! Remaining records come from the consumers' statistics.
+//! What is left to restore is known from where each changelog partition
+//! ends when its replay starts, then from the consumers' statistics (which
+//! say nothing before a partition's first fetch).
 //!
 //! **Speed.** A restore is bulk work: each step uses its whole time budget
 //! rather than a fixed count of records, taking turns between changelogs;
@@ -110,6 +112,37 @@ impl ClientContext for StatsContext {
 }
 
 impl ConsumerContext for StatsContext {}
+
+/// The offsets each changelog partition of a task holds, low to high
+/// watermark ([`Restorer::ends`]).
+pub(crate) struct ChangelogEnds {
+    task: i32,
+    held: BTreeMap<String, (i64, i64)>,
+}
+
+impl ChangelogEnds {
+    /// The changelog partitions whose `saved` offset (as stored with the
+    /// task's state) lies outside what the topic holds: the topic was
+    /// re-created, or truncated past it (DeleteRecords, retention on a
+    /// changelog that is not compacted). Local state is then not a prefix
+    /// of the changelog, and only a full restore can be trusted. (Against
+    /// the last stable offset, a transaction whose markers are not written
+    /// yet would look like a truncation and throw good state away.)
+    pub(crate) fn out_of_range(&self, saved: &BTreeMap<String, i64>) -> Vec<String> {
+        let task = self.task;
+        self.held
+            .iter()
+            .filter_map(|(topic, &(low, high))| {
+                let from = *saved.get(topic)?;
+                (from < low || from > high).then(|| {
+                    format!(
+                        "{topic} partition {task}: state is at offset {from}, the topic holds {low}..{high}"
+                    )
+                })
+            })
+            .collect()
+    }
+}
 
 /// The restore consumer of one changelog topic.
 struct ChangelogReader {
@@ -447,57 +480,51 @@ impl Restorer {
         })
     }
 
-    /// The changelog partitions of `task` whose `saved` offset (as stored
-    /// with its state) lies outside what the topic holds now: the topic
-    /// was re-created, or truncated past it (DeleteRecords, retention on a
-    /// changelog that is not compacted). Local state is then not a prefix
-    /// of the changelog, and only a full restore can be trusted.
+    /// What each changelog partition of `task` holds now, its low and
+    /// high watermarks.
     ///
     /// The end is the high watermark, not the last stable offset: a
     /// transaction this task committed whose markers the broker has yet to
     /// write (it restarted between the commit and the markers) holds the
-    /// last stable offset below records the state already has, and taking
-    /// that for a truncation would throw away good state for a restore
-    /// that stops short of them.
+    /// last stable offset below records the state already has
+    /// ([`ChangelogEnds::out_of_range`]).
     ///
     /// Each question waits `timeout` at most: it runs on the polling
     /// thread, and a broker that does not answer now is asked again at the
     /// next round while the other tasks go on.
-    pub(crate) fn out_of_range(
-        &self,
-        task: i32,
-        saved: &BTreeMap<String, i64>,
-        timeout: Duration,
-    ) -> Result<Vec<String>, KafkaError> {
-        let mut out = Vec::new();
+    pub(crate) fn ends(&self, task: i32, timeout: Duration) -> Result<ChangelogEnds, KafkaError> {
+        let mut held = BTreeMap::new();
         for reader in &self.readers {
-            let Some(&from) = saved.get(&reader.topic) else {
-                continue;
-            };
-            let (low, high) = self
+            let range = self
                 .watermarks
                 .fetch_watermarks(&reader.topic, task, timeout)?;
-            if from < low || from > high {
-                out.push(format!(
-                    "{} partition {task}: state is at offset {from}, the topic holds {low}..{high}",
-                    reader.topic
-                ));
-            }
+            held.insert(reader.topic.clone(), range);
         }
-        Ok(out)
+        Ok(ChangelogEnds { task, held })
     }
 
     /// Starts restoring `task` from `saved` (next offset per changelog
-    /// topic, as stored with its state).
+    /// topic, as stored with its state), with what is left to restore
+    /// reckoned from `ends` until the consumers' statistics say.
     pub(crate) fn add(
         &mut self,
         task: i32,
         saved: &BTreeMap<String, i64>,
+        ends: &ChangelogEnds,
     ) -> Result<(), KafkaError> {
         for reader in &mut self.readers {
             let from = saved.get(&reader.topic).copied().unwrap_or(0);
             tracing::debug!(task, changelog = %reader.topic, from, "Replaying changelog.");
             reader.start(task, from)?;
+            if let Some(&(low, high)) = ends.held.get(&reader.topic) {
+                let left = (high - from.max(low)).max(0);
+                reader
+                    .remaining
+                    .0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(task, left);
+            }
         }
         if self.tasks.is_empty() {
             // A restore that ends within the period says nothing but its

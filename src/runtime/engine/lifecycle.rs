@@ -166,12 +166,8 @@ impl Engine {
             Some(assigned) => assigned.cursor.changelog_offsets.0.clone(),
             None => return Ok(()),
         };
-        let out_of_range = match self.restorer.out_of_range(
-            task,
-            &saved,
-            Duration::from_millis(500),
-        ) {
-            Ok(out_of_range) => out_of_range,
+        let ends = match self.restorer.ends(task, Duration::from_millis(500)) {
+            Ok(ends) => ends,
             // The broker did not answer (restarting, overloaded): this
             // task waits for the next round; the others go on.
             Err(error) => {
@@ -180,6 +176,7 @@ impl Engine {
                 return Ok(());
             }
         };
+        let out_of_range = ends.out_of_range(&saved);
         if !out_of_range.is_empty() {
             tracing::warn!(
                 task,
@@ -196,7 +193,7 @@ impl Engine {
         assigned.cursor.positions.clone_from(&committed);
         assigned.cursor.committed = committed;
         self.restorer
-            .add(task, &assigned.cursor.changelog_offsets.0)?;
+            .add(task, &assigned.cursor.changelog_offsets.0, &ends)?;
         Ok(())
     }
 
