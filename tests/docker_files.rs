@@ -493,6 +493,19 @@ fn every_metric_the_dashboard_queries_is_one_streamfold_exports() {
         exprs.iter().any(|e| e.contains("by (node)")),
         "throughput is broken down per node"
     );
+    // Every panel follows the dashboard's topology and instance choices.
+    let unfiltered: Vec<&String> = exprs
+        .iter()
+        .filter(|e| {
+            metric_names(e).len()
+                != e.matches(r#"topology=~"$topology",instance=~"$instance""#)
+                    .count()
+        })
+        .collect();
+    assert!(
+        unfiltered.is_empty(),
+        "queries that do not filter each metric by topology and instance: {unfiltered:#?}"
+    );
 }
 
 #[test]

@@ -191,7 +191,7 @@ fn readyz_answers_503_while_a_task_restores_and_200_once_it_runs() {
     // With the process's own (read at the scrape) and the build's.
     for name in [
         "streamfold_runtime_tasks_running",
-        "streamfold_build_info{version=",
+        "streamfold_build_info{topology=",
         "streamfold_runtime_tasks_restoring",
         "streamfold_runtime_rebalances_total",
         "streamfold_runtime_batch_duration_seconds",

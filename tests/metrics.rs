@@ -355,7 +355,6 @@ fn every_counter_is_exported_at_zero_before_any_input() {
         ));
     }
 
-    let none = BTreeMap::new();
     let app_only = labels(&[("topology", topology)]);
     for name in [
         "streamfold_transactions_committed_total",
@@ -363,10 +362,10 @@ fn every_counter_is_exported_at_zero_before_any_input() {
         "streamfold_commit_duration_seconds_count",
         "streamfold_transaction_abort_duration_seconds_count",
     ] {
-        expect(&text, name, &none, Some(0.0), &mut problems);
+        expect(&text, name, &app_only, Some(0.0), &mut problems);
     }
     for phase in COMMIT_PHASES {
-        let l = labels(&[("phase", phase)]);
+        let l = labels(&[("topology", topology), ("phase", phase)]);
         expect(&text, PHASE_COUNT, &l, Some(0.0), &mut problems);
     }
     for name in [
@@ -721,15 +720,20 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
     // reached). The scrape may fall inside a commit: the transaction is
     // counted once Kafka committed it, before its state is applied and its
     // whole duration recorded.
-    let committed = metric_value(&text, "streamfold_transactions_committed_total", &[]);
+    let app_only = [("topology", setup.app.as_str())];
+    let committed = metric_value(&text, "streamfold_transactions_committed_total", &app_only);
     assert!(committed >= 1.0, "no commit; log:\n{log}");
-    let durations = metric_value(&text, "streamfold_commit_duration_seconds_count", &[]);
+    let durations = metric_value(&text, "streamfold_commit_duration_seconds_count", &app_only);
     assert!(
         durations == committed || durations == committed - 1.0,
         "{durations} commit durations for {committed} commits"
     );
     for phase in COMMIT_PHASES {
-        let timed = metric_value(&text, PHASE_COUNT, &[("phase", phase)]);
+        let timed = metric_value(
+            &text,
+            PHASE_COUNT,
+            &[("topology", setup.app.as_str()), ("phase", phase)],
+        );
         // Applying comes after the count.
         let lag = if phase == "apply" { 1.0 } else { 0.0 };
         assert!(

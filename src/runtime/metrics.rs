@@ -162,14 +162,10 @@ pub fn register_topology(topology: &Topology) {
             }
         }
     }
-    ::metrics::counter!(telemetry::TRANSACTIONS_COMMITTED).increment(0);
-    ::metrics::counter!(telemetry::TRANSACTIONS_ABORTED).increment(0);
     // Registered, a histogram shows a count and sum of 0.
-    let _ = ::metrics::histogram!(telemetry::COMMIT_DURATION);
-    for phase in telemetry::CommitPhase::ALL {
-        let _ = ::metrics::histogram!(telemetry::COMMIT_PHASE_DURATION, "phase" => phase.label());
-    }
-    let _ = ::metrics::histogram!(telemetry::ABORT_DURATION);
+    let commits = telemetry::CommitMetrics::new(app);
+    commits.committed.increment(0);
+    commits.aborted.increment(0);
     let _ = ::metrics::histogram!(telemetry::BATCH_DURATION, "topology" => app.to_string());
     let _ = ::metrics::histogram!(telemetry::PUNCTUATE_DURATION, "topology" => app.to_string());
     let _ = ::metrics::histogram!(telemetry::POLL_DURATION, "topology" => app.to_string());
@@ -191,7 +187,7 @@ pub fn register_topology(topology: &Topology) {
     for sink in &topology.sinks {
         let _ = telemetry::sink_latency(app, &sink.name);
     }
-    ::metrics::gauge!(telemetry::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    ::metrics::gauge!(telemetry::BUILD_INFO, "topology" => app.to_string(), "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     ::metrics::gauge!(telemetry::STATE_BLOCK_CACHE, "topology" => app.to_string()).set(0.0);
     ::metrics::gauge!(telemetry::STATE_WRITE_BUFFERS, "topology" => app.to_string()).set(0.0);
     ::metrics::gauge!(telemetry::STATE_RECORD_CACHE, "topology" => app.to_string()).set(0.0);
@@ -404,6 +400,31 @@ sinks:
             exported_undocumented.is_empty(),
             "exported at startup but not in docs/metrics.md: {exported_undocumented:?}"
         );
+    }
+
+    /// Every streamfold series exists with the `topology` label, so a
+    /// dashboard filtering by topology loses none (the process's own
+    /// `process_…` series are the collector's, without it).
+    #[test]
+    fn every_series_registered_at_startup_carries_the_topology() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let topology = crate::topology::load_str("shop.yaml", TOPOLOGY, &|_| None).unwrap();
+        ::metrics::with_local_recorder(&recorder, || {
+            register_topology(&topology);
+            register_partitions(&topology, 2);
+        });
+        let rendered = handle.render();
+        let series: Vec<&str> = rendered
+            .lines()
+            .filter(|line| line.starts_with("streamfold_"))
+            .collect();
+        assert!(series.len() > 20, "{rendered}");
+        let unlabelled: Vec<&&str> = series
+            .iter()
+            .filter(|line| !line.contains("topology=\"shop\""))
+            .collect();
+        assert!(unlabelled.is_empty(), "without `topology`: {unlabelled:#?}");
     }
 
     /// The page's process metrics are exactly those the process collector

@@ -218,6 +218,7 @@ fn replay_transactions(
             .set("enable.idempotence", "true")
             .set("partitioner", "murmur2_random");
         Some(Transactions::new(
+            &topology.name,
             &config,
             true,
             &super::commit::TestHooks::default(),

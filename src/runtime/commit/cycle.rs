@@ -164,7 +164,9 @@ impl CommitCycle {
 
             pending.push((item, entries, dropped));
         }
-        CommitPhase::Changelog.took(started.elapsed());
+        self.txn
+            .metrics
+            .took(CommitPhase::Changelog, started.elapsed());
         let delivered = self
             .txn
             .commit(consumer, |_| offsets_list(offsets))
@@ -188,8 +190,12 @@ impl CommitCycle {
         for (_, result) in applied {
             result?;
         }
-        CommitPhase::Apply.took(applying.elapsed());
-        metrics::histogram!(crate::telemetry::COMMIT_DURATION)
+        self.txn
+            .metrics
+            .took(CommitPhase::Apply, applying.elapsed());
+        self.txn
+            .metrics
+            .duration
             .record(started.elapsed().as_secs_f64());
         Ok(())
     }

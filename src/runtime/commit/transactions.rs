@@ -20,7 +20,7 @@ use crate::runtime::{RuntimeError, wall_clock_ms};
 use crate::task::limits::{Acceptance, Limits, TopicLimits, record_size};
 use crate::task::output::Refusal;
 use crate::task::{DeadLetter, dlq_headers};
-use crate::telemetry::CommitPhase;
+use crate::telemetry::{CommitMetrics, CommitPhase};
 
 use super::delivery::{
     Deliveries, DeliveryContext, NAP, Served, fingerprint, flushing_nap, is_fencing, serve,
@@ -67,6 +67,7 @@ pub(crate) struct Transactions {
     pub(super) refusal_order: std::collections::VecDeque<u64>,
     pub(crate) committed: u64,
     pub(crate) aborted: u64,
+    pub(super) metrics: CommitMetrics,
 }
 
 /// Initialises transactions, waiting out a coordinator that does not
@@ -127,7 +128,10 @@ impl Transactions {
     ///
     /// A coordinator that does not answer (a broker down, a coordinator
     /// moving) is waited for, however long, until `shutdown` is set.
+    ///
+    /// Its metrics are labelled with `app`, the topology's name.
     pub(crate) fn new(
+        app: &str,
         config: &ClientConfig,
         exactly_once: bool,
         hooks: &TestHooks,
@@ -171,6 +175,7 @@ impl Transactions {
             .and_then(|ms| ms.parse().ok())
             .map_or(Duration::from_secs(60), Duration::from_millis);
         Ok(Transactions {
+            metrics: CommitMetrics::new(app),
             producer,
             exactly_once,
             began: None,
@@ -515,7 +520,7 @@ impl Transactions {
         let started = Instant::now();
         self.fault(FaultPoint::Sent)?;
         let flushed = self.flush_promptly(TXN_TIMEOUT, true);
-        CommitPhase::Flush.took(started.elapsed());
+        self.metrics.took(CommitPhase::Flush, started.elapsed());
         let mut deliveries = std::mem::take(&mut *self.deliveries());
         self.learn_refusals(&deliveries);
         flushed.map_err(|e| self.error(e))?;
@@ -558,7 +563,7 @@ impl Transactions {
         self.began = None;
         self.committed += 1;
         self.journal("committed");
-        metrics::counter!(crate::telemetry::TRANSACTIONS_COMMITTED).increment(1);
+        self.metrics.committed.increment(1);
         Ok(delivered)
     }
 
@@ -619,7 +624,7 @@ impl Transactions {
                 .map_err(|e| self.error(e))?;
         }
         let offsets_sent = started.elapsed();
-        CommitPhase::Offsets.took(offsets_sent);
+        self.metrics.took(CommitPhase::Offsets, offsets_sent);
         self.fault(FaultPoint::Offsets)?;
         self.fault(FaultPoint::Commit)?;
         self.journal_committing(offsets);
@@ -634,7 +639,8 @@ impl Transactions {
                 Err(e) => return Err(self.error(e)),
             }
         }
-        CommitPhase::Commit.took(started.elapsed() - offsets_sent);
+        self.metrics
+            .took(CommitPhase::Commit, started.elapsed() - offsets_sent);
         tracing::debug!(
             offsets_ms = offsets_sent.as_millis() as u64,
             commit_ms = (started.elapsed() - offsets_sent).as_millis() as u64,
@@ -659,7 +665,7 @@ impl Transactions {
                 .commit(offsets, rdkafka::consumer::CommitMode::Sync)
                 .map_err(|e| CommitError::Aborted(format!("offset commit failed: {e}")))?;
         }
-        CommitPhase::Offsets.took(started.elapsed());
+        self.metrics.took(CommitPhase::Offsets, started.elapsed());
         Ok(())
     }
 
@@ -694,7 +700,7 @@ impl Transactions {
         }
         self.in_transaction = false;
         self.aborted += 1;
-        metrics::counter!(crate::telemetry::TRANSACTIONS_ABORTED).increment(1);
+        self.metrics.aborted.increment(1);
         if self.exactly_once {
             let aborted = AtomicBool::new(false);
             let result = std::thread::scope(|scope| {
@@ -741,7 +747,7 @@ impl Transactions {
         self.learn_refusals(&deliveries);
         self.journal("aborted");
         let took = started.elapsed();
-        metrics::histogram!(crate::telemetry::ABORT_DURATION).record(took.as_secs_f64());
+        self.metrics.abort_duration.record(took.as_secs_f64());
         tracing::info!(
             txn = %self.txn_label(),
             millis = took.as_millis() as u64,

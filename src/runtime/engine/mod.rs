@@ -202,6 +202,7 @@ fn run_member(
     let exactly_once = topology.processing.guarantee == Guarantee::ExactlyOnce;
     let producer_config = settings::producer_config(topology, options);
     let txn = Transactions::new(
+        &topology.name,
         &producer_config,
         exactly_once,
         &options.hooks,

@@ -7,6 +7,7 @@ use super::*;
 /// group `g` there for its commits.
 fn at_least_once(config: &ClientConfig) -> (Transactions, BaseConsumer) {
     let txn = Transactions::new(
+        "test",
         config,
         false,
         &TestHooks::default(),
