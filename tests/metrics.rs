@@ -228,6 +228,9 @@ fn series_labels(series: &str) -> BTreeMap<String, String> {
 /// The steps of a commit `streamfold_commit_phase_duration_seconds` times.
 const COMMIT_PHASES: [&str; 5] = ["changelog", "flush", "offsets", "commit", "apply"];
 const PHASE_COUNT: &str = "streamfold_commit_phase_duration_seconds_count";
+/// What each task processed, and its batches timed.
+const TASK_PROCESSED: &str = "streamfold_task_records_processed_total";
+const TASK_BATCHES_TIMED: &str = "streamfold_task_process_duration_seconds_count";
 /// The stores of the topology (the fold's) and the figures of each.
 const STORES: [&str; 3] = ["totals-open", "totals-timers", "totals-repartition-seen"];
 const STORE_GAUGES: [&str; 4] = [
@@ -392,6 +395,15 @@ fn every_counter_is_exported_at_zero_before_any_input() {
         ("streamfold_runtime_tasks_restoring", 0.0),
     ] {
         expect(&text, name, &app_only, Some(want), &mut problems);
+    }
+    // Each task's processing, from startup, for every partition.
+    for partition in 0..PARTITIONS {
+        let l = labels(&[
+            ("topology", topology),
+            ("partition", &partition.to_string()),
+        ]);
+        expect(&text, TASK_PROCESSED, &l, Some(0.0), &mut problems);
+        expect(&text, TASK_BATCHES_TIMED, &l, Some(0.0), &mut problems);
     }
     // The loop's latencies: each a histogram of its own from startup.
     for name in [
@@ -679,6 +691,7 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
     };
     let text = app.metrics_text();
     let topology = setup.app.as_str();
+    let app_only = [("topology", topology)];
     for (l, _) in series(&text, DEAD_LETTERS) {
         assert_eq!(l.get("topology").map(String::as_str), Some(topology));
     }
@@ -708,6 +721,52 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
             |n| n > 0.0,
         );
     }
+    // Each task counts the records it processed and times its share of
+    // each batch: together, every record read (the source's, those that
+    // took the hop through the repartition topic, the aborted batch's
+    // again), which the instance counts too.
+    let per_task = |text: &str, name: &str| -> Vec<f64> {
+        (0..PARTITIONS)
+            .map(|p| {
+                let partition = p.to_string();
+                metric_value(
+                    text,
+                    name,
+                    &[("topology", topology), ("partition", &partition)],
+                )
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (processed, consumed, timed) = loop {
+        let text = app.metrics_text();
+        let processed = per_task(&text, TASK_PROCESSED);
+        let consumed = metric_value(
+            &text,
+            "streamfold_runtime_records_consumed_total",
+            &app_only,
+        );
+        if processed.iter().sum::<f64>() == consumed || Instant::now() > deadline {
+            break (processed, consumed, per_task(&text, TASK_BATCHES_TIMED));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        processed.iter().sum::<f64>(),
+        consumed,
+        "records processed per task {processed:?}, records consumed {consumed}"
+    );
+    let written = MIX.iter().map(|(_, n)| *n as u64).sum::<u64>() + REPARTITION_GARBAGE;
+    assert!(
+        consumed > written as f64,
+        "{consumed} consumed: the source's {written} and the garbage, and some through the repartition topic"
+    );
+    for (partition, (processed, timed)) in processed.iter().zip(&timed).enumerate() {
+        assert!(
+            *processed > 0.0 && *timed > 0.0,
+            "task {partition}: {processed} records processed in {timed} timed batches"
+        );
+    }
     let log = app.stop();
     assert!(
         amounts_timed >= count(Kind::Good) as f64,
@@ -720,7 +779,6 @@ fn dead_letter_counters_equal_the_dead_letter_topic_after_a_poison_run() {
     // reached). The scrape may fall inside a commit: the transaction is
     // counted once Kafka committed it, before its state is applied and its
     // whole duration recorded.
-    let app_only = [("topology", setup.app.as_str())];
     let committed = metric_value(&text, "streamfold_transactions_committed_total", &app_only);
     assert!(committed >= 1.0, "no commit; log:\n{log}");
     let durations = metric_value(&text, "streamfold_commit_duration_seconds_count", &app_only);

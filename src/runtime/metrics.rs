@@ -52,6 +52,7 @@ pub fn install(addr: SocketAddr) -> Result<SocketAddr, String> {
         (telemetry::COMMIT_DURATION, COMMIT_BUCKETS),
         (telemetry::COMMIT_PHASE_DURATION, COMMIT_BUCKETS),
         (telemetry::BATCH_DURATION, LOOP_BUCKETS),
+        (telemetry::TASK_PROCESS_DURATION, LOOP_BUCKETS),
         (telemetry::PUNCTUATE_DURATION, LOOP_BUCKETS),
         (telemetry::POLL_DURATION, LOOP_BUCKETS),
         (telemetry::REBALANCE_CALLBACK_DURATION, REBALANCE_BUCKETS),
@@ -193,10 +194,15 @@ pub fn register_topology(topology: &Topology) {
     ::metrics::gauge!(telemetry::STATE_RECORD_CACHE, "topology" => app.to_string()).set(0.0);
 }
 
-/// Registers at 0 the per-partition restore counters of every task the
-/// topology can have (partitions `0..partitions` of its sources).
+/// Registers at 0 the per-partition restore and processing counters of
+/// every task the topology can have (partitions `0..partitions` of its
+/// sources).
 pub(crate) fn register_partitions(topology: &Topology, partitions: i32) {
     for partition in 0..partitions {
+        // Registered, a histogram shows a count and sum of 0.
+        telemetry::TaskMetrics::new(&topology.name, partition)
+            .processed
+            .increment(0);
         ::metrics::counter!(telemetry::RESTORE_RECORDS, "topology" => topology.name.clone(), "partition" => partition.to_string())
             .increment(0);
     }

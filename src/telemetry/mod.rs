@@ -464,6 +464,37 @@ pub(crate) const PUNCTUATE_DURATION: &str = "streamfold_runtime_punctuate_durati
 /// fold's output is stamped when it closed).
 pub(crate) const SINK_E2E_LATENCY: &str = "streamfold_sink_record_e2e_latency_seconds";
 
+/// Input records a task processed (each time: a record processed again
+/// after an abort counts again), by `partition`: Kafka Streams'
+/// task-level `process-total`, whose rate is its `process-rate`.
+pub(crate) const TASK_RECORDS_PROCESSED: &str = "streamfold_task_records_processed_total";
+/// Seconds a task took to process its share of a polled batch (decode and
+/// process, on its processing thread), by `partition`.
+pub(crate) const TASK_PROCESS_DURATION: &str = "streamfold_task_process_duration_seconds";
+
+/// The per-task processing series of one task, looked up once.
+pub(crate) struct TaskMetrics {
+    pub(crate) processed: ::metrics::Counter,
+    pub(crate) duration: ::metrics::Histogram,
+}
+
+impl TaskMetrics {
+    /// The series of task `partition` of `topology` (registering them,
+    /// with an exporter installed).
+    pub(crate) fn new(topology: &str, partition: i32) -> TaskMetrics {
+        TaskMetrics {
+            processed: ::metrics::counter!(TASK_RECORDS_PROCESSED, "topology" => topology.to_string(), "partition" => partition.to_string()),
+            duration: ::metrics::histogram!(TASK_PROCESS_DURATION, "topology" => topology.to_string(), "partition" => partition.to_string()),
+        }
+    }
+
+    /// Records that the task processed `records` of a batch in `took`.
+    pub(crate) fn processed(&self, records: usize, took: std::time::Duration) {
+        self.processed.increment(records as u64);
+        self.duration.record(took.as_secs_f64());
+    }
+}
+
 /// The end-to-end latency histogram of sink `sink`.
 pub(crate) fn sink_latency(topology: &str, sink: &str) -> ::metrics::Histogram {
     ::metrics::histogram!(SINK_E2E_LATENCY, "topology" => topology.to_string(), "node" => sink.to_string())

@@ -88,6 +88,7 @@ impl Engine {
             &mut work,
             prefetch,
             |(id, assigned)| {
+                let started = Instant::now();
                 batch::handle(
                     &shared,
                     **id,
@@ -95,6 +96,9 @@ impl Engine {
                     &mut assigned.cursor,
                     &mut assigned.share,
                 );
+                assigned
+                    .metrics
+                    .processed(assigned.share.handled.len(), started.elapsed());
             },
         );
         drop(work);

@@ -72,6 +72,7 @@ impl Engine {
             published,
             cache_lookups_published: (0, 0),
             share: BatchShare::default(),
+            metrics: telemetry::TaskMetrics::new(&self.topology.name, task),
         };
         self.tasks.insert(task, assigned);
         metrics::counter!(telemetry::TASKS_CREATED, "topology" => self.topology.name.clone())

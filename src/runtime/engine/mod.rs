@@ -296,6 +296,8 @@ struct AssignedTask {
     cache_lookups_published: (u64, u64),
     /// Its share of the current batch, or of a round of timers.
     share: BatchShare,
+    /// What it processed, and how long that took.
+    metrics: telemetry::TaskMetrics,
 }
 
 struct Engine {
