@@ -334,6 +334,19 @@ sinks:
         }
     }
 
+    /// What the test topology registers at startup (over two partitions),
+    /// rendered.
+    fn rendered_at_startup() -> String {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let topology = crate::topology::load_str("shop.yaml", TOPOLOGY, &|_| None).unwrap();
+        ::metrics::with_local_recorder(&recorder, || {
+            register_topology(&topology);
+            register_partitions(&topology, 2);
+        });
+        handle.render()
+    }
+
     /// The metric names a Prometheus rendering declares a type for.
     fn exported_names(rendered: &str) -> std::collections::BTreeSet<String> {
         rendered
@@ -389,14 +402,7 @@ sinks:
             "defined but not in docs/metrics.md: {undocumented:?}; in docs/metrics.md but not defined: {unknown:?}"
         );
 
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
-        let topology = crate::topology::load_str("shop.yaml", TOPOLOGY, &|_| None).unwrap();
-        ::metrics::with_local_recorder(&recorder, || {
-            register_topology(&topology);
-            register_partitions(&topology, 2);
-        });
-        let exported: std::collections::BTreeSet<String> = exported_names(&handle.render());
+        let exported: std::collections::BTreeSet<String> = exported_names(&rendered_at_startup());
         assert!(
             exported.len() > 20,
             "the recorder saw the registrations: {exported:?}"
@@ -413,14 +419,7 @@ sinks:
     /// `process_…` series are the collector's, without it).
     #[test]
     fn every_series_registered_at_startup_carries_the_topology() {
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
-        let topology = crate::topology::load_str("shop.yaml", TOPOLOGY, &|_| None).unwrap();
-        ::metrics::with_local_recorder(&recorder, || {
-            register_topology(&topology);
-            register_partitions(&topology, 2);
-        });
-        let rendered = handle.render();
+        let rendered = rendered_at_startup();
         let series: Vec<&str> = rendered
             .lines()
             .filter(|line| line.starts_with("streamfold_"))
