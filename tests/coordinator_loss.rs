@@ -333,8 +333,7 @@ fn without_a_coordinator(timeout: Duration) -> (Scene, KafkaResult<()>, Duration
 /// waited for ever, as above); the call fails, and the transaction aborts
 /// at its coordinator, which still answers: nothing of it is committed.
 ///
-/// The producer is not destroyed at the end: after this path, destroying
-/// it waits for ever (the ignored test below).
+/// (Destroying the producer afterwards: the next test.)
 #[test]
 fn offsets_sent_to_a_transaction_time_out_while_nothing_coordinates_the_group() {
     let timeout = Duration::from_secs(10);
@@ -359,16 +358,14 @@ fn offsets_sent_to_a_transaction_time_out_while_nothing_coordinates_the_group() 
         ["record 1"],
         "only the first transaction committed"
     );
-    std::mem::forget(Arc::clone(&scene.producer));
 }
 
-/// Not fixed (vendor/README.md, "Not patched"): once a coordinator
-/// request has failed with `__TIMED_OUT` waiting for a dead coordinator,
-/// destroying the producer never ends: `rd_kafka_destroy` waits for the
-/// dead node's broker thread, which something still holds. Run with
-/// `--ignored` to see it.
+/// Once a coordinator request has failed with `__TIMED_OUT` waiting for
+/// a dead coordinator, the producer can still be destroyed. Before the
+/// fix, `rd_kafka_destroy` waited for ever for the dead node's broker
+/// thread: a `FindCoordinator` whose retries were spent kept its request,
+/// and the request its hold on that node (vendor/README.md).
 #[test]
-#[ignore = "reproduces a librdkafka defect that is not fixed: the producer's destroy waits for ever"]
 fn a_producer_whose_offsets_timed_out_can_be_destroyed() {
     let timeout = Duration::from_secs(10);
     let (scene, result, _) = without_a_coordinator(timeout);

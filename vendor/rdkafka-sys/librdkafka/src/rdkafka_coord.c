@@ -466,8 +466,9 @@ err:
                 return;
 
         } else if (actions & RD_KAFKA_ERR_ACTION_RETRY) {
-                rd_kafka_buf_retry(rkb, request);
-                return; /* Keep refcnt from req_fsm() and retry */
+                if (rd_kafka_buf_retry(rkb, request))
+                        return; /* Keep refcnt from req_fsm() and retry */
+                /* No retry left: the wait timer asks again. */
         }
 
         /* Rely on state broadcast to trigger retry */
