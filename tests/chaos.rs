@@ -16,7 +16,12 @@
 //!   late really was late by its own time and the counter's committed
 //!   rollups;
 //! - partitioned-processing: per account, the committed balances are its
-//!   settled payments, each once, in order.
+//!   settled payments, each once, in order;
+//! - page-views: every window that stream time closed committed once, with
+//!   the count of its views, and every view dead-lettered as late in a
+//!   window its task's records closed;
+//! - orders-enriched: every order joined once, with a row its customer had
+//!   (and after every change, and a restore from scratch, its last).
 //!
 //! Faults a schedule cannot aim are tests of their own below (a broker
 //! down while a process starts, a source topic deleted and recreated).
@@ -30,7 +35,9 @@ use std::time::Duration;
 use rand::Rng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
-use support::chaos::{Event, REFUSALS, SESSION_TIMEOUT, Scenario, Settings, feed_during, rng};
+use support::chaos::{
+    Event, PARTITIONS, REFUSALS, SESSION_TIMEOUT, Scenario, Settings, feed_during, rng,
+};
 use support::*;
 
 use streamfold::testkit::article::METRICS;
@@ -839,6 +846,451 @@ fn partitioned_processing(test: &'static str, static_membership: bool) {
 }
 
 // ---------------------------------------------------------------------------
+// page-views: a tumbling count per page through the repartition topic,
+// emitted once per window when it closes.
+
+const PAGES: u64 = 20;
+/// Event time between consecutive views, and the window and grace the
+/// run gives the topology: the grace is 1,200 views of event time, so a
+/// view is late only when its task fell that far behind another.
+const VIEW_STEP_MS: i64 = 50;
+const VIEW_WINDOW_MS: i64 = 10_000;
+const VIEW_GRACE_MS: i64 = 60_000;
+/// 2025-01-01T00:00:00Z. A view's time follows its place in the input,
+/// not the wall clock, so which window it falls in is the input's own.
+const VIEWS_FROM_MS: i64 = 1_735_689_600_000;
+
+/// Views `first..first + count`, keyed by view id (spread over every
+/// partition, so the count by page goes through the repartition topic).
+fn view_events(rng: &mut StdRng, topic: &str, count: u64, first: u64) -> Vec<Event> {
+    (first..first + count)
+        .map(|i| {
+            let at = VIEWS_FROM_MS + i as i64 * VIEW_STEP_MS;
+            let viewed_at = humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + Duration::from_millis(at as u64),
+            );
+            let id = format!("view-{i}");
+            let value = json!({"view_id": id, "page": format!("/page-{}", rng.random_range(0..PAGES)),
+                "user": format!("u{}", rng.random_range(0..50)), "viewed_at": viewed_at.to_string()});
+            (topic.to_string(), id, value)
+        })
+        .collect()
+}
+
+/// A view's page and time.
+fn view(value: &Value) -> (String, i64) {
+    let at = millis(value["viewed_at"].as_str().unwrap()) as i64;
+    (value["page"].as_str().unwrap().to_string(), at)
+}
+
+/// Per page and window start, the count and the users of the views the
+/// judge expects in the window's one committed result: the views that were
+/// not dead-lettered, in the windows that stream time closed.
+type Windows = BTreeMap<(String, i64), (u64, BTreeSet<String>)>;
+
+/// The windows the input closes and what each must hold, and the number of
+/// views dead-lettered as late. A task's stream time is the latest time of
+/// the records it read: those of its partition of the source (read back
+/// from the broker) and the views whose page the repartition sends it. A
+/// dead letter must be a view of the input, once, whose window that time
+/// closes.
+fn expected_windows(source: &[Consumed], dead: &[Consumed], input: &[Event]) -> (Windows, usize) {
+    let partitions = PARTITIONS as usize;
+    let task = |page: &str| streamfold::task::partition_for(page.as_bytes(), PARTITIONS) as usize;
+    let mut stream = vec![i64::MIN; partitions];
+    for record in source {
+        let at = view(&record.json()).1;
+        let time = &mut stream[record.partition as usize];
+        *time = (*time).max(at);
+    }
+    for (_, _, value) in input {
+        let (page, at) = view(value);
+        let time = &mut stream[task(&page)];
+        *time = (*time).max(at);
+    }
+    let closes = |page: &str, at: i64| {
+        let start = at - at.rem_euclid(VIEW_WINDOW_MS);
+        (
+            start,
+            start + VIEW_WINDOW_MS + VIEW_GRACE_MS <= stream[task(page)],
+        )
+    };
+    let views: BTreeMap<&str, &Value> = input
+        .iter()
+        .map(|(_, _, v)| (v["view_id"].as_str().unwrap(), v))
+        .collect();
+    let mut late = BTreeSet::new();
+    for letter in dead {
+        assert_eq!(
+            letter.header("streamfold.dlq.node"),
+            Some("views_per_page"),
+            "{letter:?}"
+        );
+        let value = letter.json();
+        let id = value["view_id"].as_str().unwrap().to_string();
+        assert_eq!(
+            views.get(id.as_str()).copied(),
+            Some(&value),
+            "a dead letter that is no view of the input, at {}",
+            place(letter)
+        );
+        let (page, at) = view(&value);
+        assert!(
+            closes(&page, at).1,
+            "an on-time view was dead-lettered as late: {value} (no record its task read closes \
+             its window) at {}",
+            place(letter)
+        );
+        assert!(late.insert(id), "a view dead-lettered twice: {value}");
+    }
+    let mut windows = Windows::new();
+    for (id, value) in &views {
+        let (page, at) = view(value);
+        if let (start, true) = closes(&page, at) {
+            if !late.contains(*id) {
+                let (count, users) = windows.entry((page, start)).or_default();
+                *count += 1;
+                users.insert(value["user"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    (windows, late.len())
+}
+
+/// The committed window results, by page and window start: every one read.
+fn committed_windows(outputs: &[Consumed]) -> BTreeMap<(String, i64), Vec<&Consumed>> {
+    let mut out: BTreeMap<(String, i64), Vec<&Consumed>> = BTreeMap::new();
+    for record in outputs {
+        let value = record.json();
+        let start = millis(value["window_start"].as_str().unwrap()) as i64;
+        out.entry((value["page"].as_str().unwrap().to_string(), start))
+            .or_default()
+            .push(record);
+    }
+    out
+}
+
+/// Every closed window committed once, with the count and the users of its
+/// views; nothing for a window still open.
+fn judge_views(outputs: &[Consumed], expected: &Windows) {
+    let got = committed_windows(outputs);
+    for (window, (count, users)) in expected {
+        let Some(records) = got.get(window) else {
+            panic!("{window:?}: no result committed for a closed window of {count} views");
+        };
+        assert_eq!(
+            records.len(),
+            1,
+            "{window:?}: {} results committed: {}",
+            records.len(),
+            records
+                .iter()
+                .map(|r| place(r))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let value = records[0].json();
+        assert_eq!(
+            (value["views"].as_u64(), strings(&value["users"])),
+            (Some(*count), users.clone()),
+            "{window:?}: committed {value} at {}",
+            place(records[0])
+        );
+    }
+    let unexpected: Vec<_> = got.keys().filter(|w| !expected.contains_key(w)).collect();
+    assert!(
+        unexpected.is_empty(),
+        "results for windows that are open or hold only late views: {unexpected:?}"
+    );
+}
+
+#[test]
+fn page_views_under_chaos() {
+    let _serial = serial();
+    let settings = Settings::from_env(
+        "page_views_under_chaos",
+        Settings {
+            seed: 5,
+            events: 3_000,
+            faults: 10,
+            ..Settings::default()
+        },
+    );
+    let mut rng = rng(&settings);
+    let mut scenario = Scenario::new(
+        "page_views_under_chaos",
+        "page-views.yaml",
+        settings.clone(),
+    );
+    let source = scenario.source("PAGE_VIEWS_TOPIC", "chaos-page-views");
+    let counts = scenario.topic("PAGE_VIEWS_COUNTS_TOPIC", "chaos-page-view-counts");
+    let dlq = scenario.topic("DEAD_LETTER_TOPIC", "chaos-page-views-dlq");
+    scenario.env("PAGE_VIEWS_WINDOW", &format!("{VIEW_WINDOW_MS}ms"));
+    scenario.env("PAGE_VIEWS_GRACE", &format!("{VIEW_GRACE_MS}ms"));
+    // Event time moves only with the views: an idle partition's clock
+    // following the wall clock would close windows by when the run paused.
+    scenario.env("STREAMFOLD_IDLE_ADVANCE", "10000h");
+    scenario.repartition("views_per_page");
+    let (topic, dead, views) = (counts.clone(), dlq.clone(), source.clone());
+    scenario.finished = Box::new(move |kafka, input| {
+        let (expected, _) = expected_windows(&kafka.read(&views), &kafka.read(&dead), input);
+        let outputs = kafka.read(&topic);
+        let got = committed_windows(&outputs);
+        expected.iter().all(|(window, (count, _))| {
+            got.get(window)
+                .is_some_and(|r| r.iter().any(|r| r.json()["views"].as_u64() == Some(*count)))
+        })
+    });
+    let input = view_events(&mut rng, &source, settings.events, 0);
+    // Later than every input window's close: the tail closes them all.
+    let after = settings.events + ((VIEW_WINDOW_MS + VIEW_GRACE_MS) / VIEW_STEP_MS) as u64 + 1;
+    let tail = view_events(&mut rng, &source, 5 * PAGES, after);
+    scenario.run(&mut rng, input, tail, |scenario, input| {
+        let dead = scenario.kafka.read(&dlq);
+        let (expected, late) = expected_windows(&scenario.kafka.read(&source), &dead, input);
+        judge_views(&scenario.kafka.read(&counts), &expected);
+        let counted: u64 = expected.values().map(|(count, _)| count).sum();
+        eprintln!(
+            "  {} windows closed, {counted} views counted in them, {late} dead-lettered as late",
+            expected.len()
+        );
+        assert!(
+            late * 10 < input.len(),
+            "most views are on time, so the exact counts cover most of the input: {late} of {} late",
+            input.len()
+        );
+    });
+}
+
+// ---------------------------------------------------------------------------
+// orders-enriched: a stream–table join on the customer, through the
+// repartition topic, while customers change and are deleted.
+
+const CUSTOMERS: u64 = 50;
+/// Customers with a row before the first order; the others begin unknown.
+const KNOWN_CUSTOMERS: u64 = 40;
+
+/// A customer's row of `version`.
+fn customer_row(rng: &mut StdRng, customer: u64, version: u64) -> Value {
+    let tier = ["gold", "silver", "bronze"][rng.random_range(0..3)];
+    json!({"customer_id": format!("cust-{customer}"), "name": format!("customer {customer} v{version}"),
+           "tier": tier, "version": version})
+}
+
+/// Orders `first..first + count` (keyed by order id, so the join on the
+/// customer goes through its repartition topic), with now and then a
+/// customer's new row or its tombstone between them.
+fn order_events(
+    rng: &mut StdRng,
+    (orders, customers): (&str, &str),
+    count: u64,
+    first: u64,
+    versions: &mut BTreeMap<u64, u64>,
+) -> Vec<Event> {
+    let mut out = Vec::new();
+    for i in first..first + count {
+        if rng.random_bool(0.05) {
+            let customer = rng.random_range(0..CUSTOMERS);
+            let row = if rng.random_bool(0.1) {
+                Value::Null
+            } else {
+                let version = versions.entry(customer).or_default();
+                *version += 1;
+                customer_row(rng, customer, *version)
+            };
+            out.push((customers.to_string(), format!("cust-{customer}"), row));
+        }
+        let id = format!("order-{i}");
+        let value = json!({"order_id": id, "customer_id": format!("cust-{}", rng.random_range(0..CUSTOMERS)),
+                           "amount": rng.random_range(1..1000)});
+        out.push((orders.to_string(), id, value));
+    }
+    out
+}
+
+/// What an order's `customer` may be, per customer: every row it had since
+/// the first order (as the join projects it; null while it had none), and
+/// its last.
+fn customer_history(
+    preload: &[Event],
+    input: &[Event],
+    customers: &str,
+) -> BTreeMap<String, (BTreeSet<String>, Value)> {
+    let projected = |row: &Value| {
+        if row.is_null() {
+            Value::Null
+        } else {
+            json!({"name": row["name"], "tier": row["tier"]})
+        }
+    };
+    let mut history: BTreeMap<String, (BTreeSet<String>, Value)> = (0..CUSTOMERS)
+        .map(|c| {
+            (
+                format!("cust-{c}"),
+                (BTreeSet::from(["null".into()]), Value::Null),
+            )
+        })
+        .collect();
+    for (_, key, row) in preload {
+        let last = projected(row);
+        history.insert(key.clone(), (BTreeSet::from([last.to_string()]), last));
+    }
+    for (_, key, row) in input.iter().filter(|(topic, _, _)| topic == customers) {
+        let (seen, last) = history.get_mut(key).unwrap();
+        *last = projected(row);
+        seen.insert(last.to_string());
+    }
+    history
+}
+
+/// Every order committed once, as it was written, with its customer as one
+/// of the rows the customer had while the orders flowed; the orders of
+/// `exact` (fed after every change) with the customer's last row.
+fn judge_orders(
+    enriched: &[Consumed],
+    input: &[Event],
+    history: &BTreeMap<String, (BTreeSet<String>, Value)>,
+    orders: &str,
+    exact: &BTreeSet<String>,
+) {
+    let mut got: BTreeMap<String, Vec<&Consumed>> = BTreeMap::new();
+    for record in enriched {
+        let id = record.json()["order_id"].as_str().unwrap().to_string();
+        got.entry(id).or_default().push(record);
+    }
+    let mut wanted = BTreeSet::new();
+    for (_, id, order) in input.iter().filter(|(topic, _, _)| topic == orders) {
+        wanted.insert(id.clone());
+        let records = got.get(id).map(Vec::as_slice).unwrap_or_default();
+        assert_eq!(
+            records.len(),
+            1,
+            "{id}: {} joined orders committed: {}",
+            records.len(),
+            records
+                .iter()
+                .map(|r| place(r))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let mut value = records[0].json();
+        let customer = value.as_object_mut().unwrap().remove("customer").unwrap();
+        assert_eq!(
+            &value,
+            order,
+            "{id}: the order as written, at {}",
+            place(records[0])
+        );
+        let key = order["customer_id"].as_str().unwrap();
+        assert_eq!(
+            records[0].key.as_deref(),
+            Some(key),
+            "{id}: keyed by its customer"
+        );
+        let (seen, last) = &history[key];
+        if exact.contains(id) {
+            assert_eq!(
+                &customer,
+                last,
+                "{id}: an order after every change of {key} joined another row, at {}",
+                place(records[0])
+            );
+        } else {
+            assert!(
+                seen.contains(&customer.to_string()),
+                "{id}: joined {customer}, never a row of {key} ({seen:?}), at {}",
+                place(records[0])
+            );
+        }
+    }
+    let extra: Vec<&String> = got.keys().filter(|id| !wanted.contains(*id)).collect();
+    assert!(
+        extra.is_empty(),
+        "joined orders of no input order: {extra:?}"
+    );
+}
+
+#[test]
+fn orders_enriched_under_chaos() {
+    let _serial = serial();
+    let settings = Settings::from_env(
+        "orders_enriched_under_chaos",
+        Settings {
+            seed: 6,
+            events: 3_000,
+            faults: 10,
+            ..Settings::default()
+        },
+    );
+    let mut rng = rng(&settings);
+    let mut scenario = Scenario::new(
+        "orders_enriched_under_chaos",
+        "orders-enriched.yaml",
+        settings.clone(),
+    );
+    let orders = scenario.source("ORDERS_TOPIC", "chaos-orders");
+    let customers = scenario.table_source("CUSTOMERS_TOPIC", "chaos-customers");
+    let enriched = scenario.topic("ENRICHED_ORDERS_TOPIC", "chaos-orders-enriched");
+    let dlq = scenario.topic("DEAD_LETTER_TOPIC", "chaos-orders-enriched-dlq");
+    scenario.repartition("enrich");
+    let mut versions = BTreeMap::new();
+    let preload: Vec<Event> = (0..KNOWN_CUSTOMERS)
+        .map(|c| {
+            versions.insert(c, 0);
+            (
+                customers.clone(),
+                format!("cust-{c}"),
+                customer_row(&mut rng, c, 0),
+            )
+        })
+        .collect();
+    scenario.preload = preload.clone();
+    let (topic, source) = (enriched.clone(), orders.clone());
+    scenario.finished = Box::new(move |kafka, input| {
+        let joined: BTreeSet<String> = kafka
+            .read(&topic)
+            .iter()
+            .map(|r| r.json()["order_id"].as_str().unwrap().to_string())
+            .collect();
+        input
+            .iter()
+            .filter(|(t, _, _)| *t == source)
+            .all(|(_, id, _)| joined.contains(id))
+    });
+    let input = order_events(
+        &mut rng,
+        (&orders, &customers),
+        settings.events,
+        0,
+        &mut versions,
+    );
+    let tail: Vec<Event> = order_events(
+        &mut rng,
+        (&orders, &customers),
+        2 * CUSTOMERS,
+        settings.events,
+        &mut versions,
+    )
+    .into_iter()
+    .filter(|(topic, _, _)| *topic == orders)
+    .collect();
+    let exact: BTreeSet<String> = tail.iter().map(|(_, id, _)| id.clone()).collect();
+    scenario.run(&mut rng, input, tail, |scenario, input| {
+        assert_no_dead_letters(scenario, &dlq);
+        let history = customer_history(&preload, input, &customers);
+        judge_orders(
+            &scenario.kafka.read(&enriched),
+            input,
+            &history,
+            &orders,
+            &exact,
+        );
+        let unknown = history.values().filter(|(_, last)| last.is_null()).count();
+        eprintln!("  {unknown} of {CUSTOMERS} customers end without a row");
+    });
+}
+
+// ---------------------------------------------------------------------------
 // Faults a schedule cannot aim.
 
 /// A broker that goes down while a process runs its startup checks (the
@@ -851,26 +1303,7 @@ fn partitioned_processing(test: &'static str, static_membership: bool) {
 fn a_broker_down_during_startup_is_waited_for() {
     let _serial = serial();
     let dir = temp_dir();
-    let source = unique("post-metric-updated");
-    create_topic(&source, 4);
-    let env = [
-        ("STREAMFOLD_APP", unique("sf-startup")),
-        ("POST_METRICS_TOPIC", source),
-        ("FOLDED_TOPIC", unique("account-metrics-folded")),
-        ("DEAD_LETTER_TOPIC", unique("dlq")),
-    ];
-    let app = App::start(
-        &AppConfig {
-            topology: repo().join("topologies/social-metrics.yaml"),
-            instance: "a".into(),
-            state_dir: dir.path().join("state"),
-            env: env.map(|(k, v)| (k.to_string(), v)).to_vec(),
-            txn_header: false,
-            args: vec!["--inject-fault".into(), "prepare:freeze".into()],
-        },
-        dir.path(),
-    );
-    app.wait_frozen(Duration::from_secs(60));
+    let app = frozen_before_the_cluster_checks(dir.path());
     let restart = std::thread::spawn(|| broker().restart(true, Duration::from_secs(14)));
     // Down by now (the kill takes milliseconds); the checks start at once.
     std::thread::sleep(Duration::from_secs(1));
@@ -883,9 +1316,62 @@ fn a_broker_down_during_startup_is_waited_for() {
     );
     let log = app.stop();
     assert!(
-        log.contains("The cluster checks failed on a broker that stopped answering; trying again."),
+        log.contains(CHECKS_WAIT),
         "the checks never met the broker down, so nothing was tested; log:\n{log}"
     );
+}
+
+/// What `run` says when its cluster checks meet a broker that does not
+/// answer.
+const CHECKS_WAIT: &str =
+    "The cluster checks failed on a broker that stopped answering; trying again.";
+
+/// A SIGTERM while the startup checks wait for a broker that went down is
+/// a clean stop (status 0): nothing had started. It used to end with the
+/// broker's last error and status 1 (a chaos run's restart met it while a
+/// new cluster's group coordinator was still loading).
+#[test]
+fn a_signal_while_startup_waits_for_the_broker_is_a_clean_stop() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = frozen_before_the_cluster_checks(dir.path());
+    let restart = std::thread::spawn(|| broker().restart(true, Duration::from_secs(20)));
+    std::thread::sleep(Duration::from_secs(1));
+    app.resume();
+    app.wait_log_lines(CHECKS_WAIT, 1, Duration::from_secs(60));
+    // SIGTERM; `stop` asserts that the process exits with status 0.
+    let log = app.stop();
+    restart.join().unwrap();
+    assert!(
+        log.contains("Stopping before the cluster checks were answered."),
+        "{log}"
+    );
+}
+
+/// An instance of social-metrics frozen just before its startup checks
+/// (the cluster's metadata, the changelogs' configuration, topic creation).
+fn frozen_before_the_cluster_checks(dir: &std::path::Path) -> App {
+    let source = unique("post-metric-updated");
+    create_topic(&source, 4);
+    let env = [
+        ("STREAMFOLD_APP", unique("sf-startup")),
+        ("POST_METRICS_TOPIC", source),
+        ("FOLDED_TOPIC", unique("account-metrics-folded")),
+        ("DEAD_LETTER_TOPIC", unique("dlq")),
+    ];
+    let app = App::start(
+        &AppConfig {
+            topology: repo().join("topologies/social-metrics.yaml"),
+            instance: "a".into(),
+            state_dir: dir.join("state"),
+            env: env.map(|(k, v)| (k.to_string(), v)).to_vec(),
+            txn_header: false,
+            args: vec!["--inject-fault".into(), "prepare:freeze".into()],
+        },
+        dir,
+    );
+    app.wait_frozen(Duration::from_secs(60));
+    app
 }
 
 /// A real network partition (KIP-447): an instance in its own network
@@ -939,6 +1425,7 @@ fn a_network_partition_makes_a_zombie_whose_late_commit_the_broker_refuses() {
     // The input flows the whole time (about 2 minutes).
     let feeding = feed_during(
         &scenario.kafka.client(),
+        &[],
         input.clone(),
         Duration::from_secs(120),
     );

@@ -43,6 +43,7 @@ use crate::topology::{Target, Topology};
 pub use dead_letter::DeadLetter;
 pub(crate) use dead_letter::{DeadLetterAt, dead_letter, dlq_headers, sink_dead_letter};
 use fields::FieldwiseSource;
+pub use partitioner::partition_for;
 pub use records::Records;
 pub(crate) use repartition::Upstream;
 pub use routing::Routing;

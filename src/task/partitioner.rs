@@ -34,8 +34,10 @@ pub(crate) fn murmur2(data: &[u8]) -> i32 {
     h as i32
 }
 
-/// The partition the Java client picks for `key` among `partitions`.
-pub(crate) fn partition_for(key: &[u8], partitions: i32) -> i32 {
+/// The partition the Java client picks for `key` among `partitions`: where
+/// a `key_by` sends a record, and where a table's producer must put its key
+/// for a join to find it.
+pub fn partition_for(key: &[u8], partitions: i32) -> i32 {
     (murmur2(key) & 0x7fff_ffff) % partitions.max(1)
 }
 

@@ -932,15 +932,18 @@ impl Drop for Instances {
 /// The input producer: keyed as each scenario says and placed by
 /// librdkafka's default partitioner (CRC32, not the Java client's
 /// murmur2), so records of one grouping key are spread over every
-/// partition and every `key_by` goes through its repartition topic. It
-/// rides out broker restarts (idempotent, long delivery timeout); a record
-/// that is not delivered fails the test.
+/// partition and every `key_by` goes through its repartition topic. A
+/// table's records go where the Java client puts them (murmur2 of the key,
+/// which a join needs), and a null value there is a tombstone. It rides
+/// out broker restarts (idempotent, long delivery timeout); a record that
+/// is not delivered fails the test.
 pub struct Feed {
     producer: BaseProducer<Delivered>,
+    tables: Vec<String>,
 }
 
 impl Feed {
-    fn new(client: &ClientConfig) -> Feed {
+    fn new(client: &ClientConfig, tables: Vec<String>) -> Feed {
         Feed {
             producer: client
                 .clone()
@@ -949,14 +952,20 @@ impl Feed {
                 .set("message.timeout.ms", "300000")
                 .create_with_context(Delivered::default())
                 .unwrap(),
+            tables,
         }
     }
 
     fn send(&self, topic: &str, key: &str, value: &Value) {
+        let table = self.tables.iter().any(|t| t == topic);
         let payload = serde_json::to_vec(value).unwrap();
-        let mut record = BaseRecord::<str, [u8]>::to(topic)
-            .key(key)
-            .payload(&payload);
+        let mut record = BaseRecord::<str, [u8]>::to(topic).key(key);
+        if table {
+            record = record.partition(streamfold::task::partition_for(key.as_bytes(), PARTITIONS));
+        }
+        if !(table && value.is_null()) {
+            record = record.payload(&payload);
+        }
         loop {
             match self.producer.send(record) {
                 Ok(()) => {
@@ -995,14 +1004,17 @@ pub type Event = (String, String, Value);
 /// producer once every record is delivered. A null `event_time` is stamped
 /// with the time of sending; copies of one token (a retry) share the first
 /// copy's stamp, and the stamps are returned with the producer.
+/// `tables` are the topics read as tables (see [`Feed`]).
 pub fn feed_during(
     client: &ClientConfig,
+    tables: &[String],
     events: Vec<Event>,
     over: Duration,
 ) -> std::thread::JoinHandle<(Feed, BTreeMap<String, String>)> {
     let client = client.clone();
+    let tables = tables.to_vec();
     std::thread::spawn(move || {
-        let feed = Feed::new(&client);
+        let feed = Feed::new(&client, tables);
         let started = Instant::now();
         let total = events.len().max(1) as u32;
         let mut stamps: BTreeMap<String, String> = BTreeMap::new();
@@ -1039,6 +1051,12 @@ pub struct Scenario {
     pub kafka: Kafka,
     /// The input topics, created by the test.
     sources: Vec<String>,
+    /// Those of them read as tables (compacted, placed by murmur2).
+    tables: Vec<String>,
+    /// Records fed, and committed by the group, before the chaos starts
+    /// (a table's first rows, so that the stream records that follow find
+    /// them).
+    pub preload: Vec<Event>,
     /// Repartition topics to see committed to their ends.
     repartitions: Vec<String>,
     /// The output topics, created by the test.
@@ -1062,6 +1080,8 @@ impl Scenario {
             settings,
             kafka,
             sources: Vec::new(),
+            tables: Vec::new(),
+            preload: Vec::new(),
             repartitions: Vec::new(),
             outputs: Vec::new(),
             env: Vec::new(),
@@ -1096,6 +1116,22 @@ impl Scenario {
         self.env(var, &topic);
         self.kafka.create_topic(&topic, PARTITIONS);
         self.sources.push(topic.clone());
+        topic
+    }
+
+    /// A source read as a table: compacted, as production's are, and fed
+    /// by murmur2 of the key (see [`Feed`]).
+    pub fn table_source(&mut self, var: &str, prefix: &str) -> String {
+        let topic = unique(prefix);
+        self.env(var, &topic);
+        create_topic_on(
+            &self.kafka.client(),
+            &topic,
+            PARTITIONS,
+            &[("cleanup.policy", "compact")],
+        );
+        self.sources.push(topic.clone());
+        self.tables.push(topic.clone());
         topic
     }
 
@@ -1185,7 +1221,7 @@ impl Scenario {
             Some(rate) => Duration::from_secs_f64(events.len() as f64 / rate as f64),
             None => planned,
         };
-        let feeding = feed_during(&self.kafka.client(), events, over);
+        let feeding = feed_during(&self.kafka.client(), &self.tables, events, over);
         let started = Instant::now();
         for (i, (gap, fault)) in plan.iter().enumerate() {
             std::thread::sleep(*gap);
@@ -1216,6 +1252,19 @@ impl Scenario {
         judge: impl Fn(&Scenario, &[Event]),
     ) {
         let mut instances = self.start();
+        if !self.preload.is_empty() {
+            let preload = std::mem::take(&mut self.preload);
+            let (feed, _) = feed_during(
+                &self.kafka.client(),
+                &self.tables,
+                preload.clone(),
+                Duration::from_secs(1),
+            )
+            .join()
+            .unwrap();
+            self.settle(&instances, &feed, &preload);
+            eprintln!("{}: {} records preloaded", self.test, preload.len());
+        }
         let feed = self.chaos(&mut instances, rng, input.clone());
         self.settle(&instances, &feed, &input);
         judge(&self, &input);
@@ -1265,10 +1314,14 @@ impl Scenario {
             }
         }
         instances.restart_from_scratch(self.settings.instances.min(2));
-        let (feed, stamps) =
-            feed_during(&self.kafka.client(), tail.clone(), Duration::from_secs(1))
-                .join()
-                .unwrap();
+        let (feed, stamps) = feed_during(
+            &self.kafka.client(),
+            &self.tables,
+            tail.clone(),
+            Duration::from_secs(1),
+        )
+        .join()
+        .unwrap();
         self.stamps.extend(stamps);
         let all: Vec<Event> = input.into_iter().chain(tail).collect();
         self.settle(&instances, &feed, &all);

@@ -78,11 +78,20 @@ pub fn run(
     Faults::new(&options.hooks)
         .check(FaultPoint::Prepare)
         .map_err(RuntimeError::Commit)?;
-    let layout = admin::prepare_patiently(
+    let layout = match admin::prepare_patiently(
         &topology,
         &settings::admin_config(&topology, &options),
         &shutdown,
-    )?;
+    ) {
+        Ok(layout) => layout,
+        // A signal while the broker did not answer: nothing has started,
+        // so there is nothing to finish, and the stop is a clean one.
+        Err(error) if shutdown.load(Ordering::Relaxed) && admin::is_transient(&error) => {
+            tracing::info!(%error, "Stopping before the cluster checks were answered.");
+            return Ok(());
+        }
+        Err(error) => return Err(error),
+    };
     super::metrics::register_partitions(&topology, layout.partitions);
     let mut source_topics: Vec<String> = topology
         .sources
