@@ -851,11 +851,12 @@ fn partitioned_processing(test: &'static str, static_membership: bool) {
 
 const PAGES: u64 = 20;
 /// Event time between consecutive views, and the window and grace the
-/// run gives the topology: the grace is 1,200 views of event time, so a
-/// view is late only when its task fell that far behind another.
-const VIEW_STEP_MS: i64 = 50;
-const VIEW_WINDOW_MS: i64 = 10_000;
-const VIEW_GRACE_MS: i64 = 60_000;
+/// run gives the topology: the grace is 2,000 views of event time (about
+/// 25 s of the CI run's feed), so a view is late only when its task fell
+/// that far behind another, and windows still close during the faults.
+const VIEW_STEP_MS: i64 = 20;
+const VIEW_WINDOW_MS: i64 = 5_000;
+const VIEW_GRACE_MS: i64 = 40_000;
 /// 2025-01-01T00:00:00Z. A view's time follows its place in the input,
 /// not the wall clock, so which window it falls in is the input's own.
 const VIEWS_FROM_MS: i64 = 1_735_689_600_000;
@@ -1055,7 +1056,7 @@ fn page_views_under_chaos() {
             expected.len()
         );
         assert!(
-            late * 10 < input.len(),
+            late * 4 < input.len(),
             "most views are on time, so the exact counts cover most of the input: {late} of {} late",
             input.len()
         );

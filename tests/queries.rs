@@ -1047,8 +1047,26 @@ fn a_window_store_answers_a_keys_windows_by_time_range_from_either_instance() {
             .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
             .to_string()
     };
-    // The windows an answer lists, as (start, views, users), after
-    // checking each one's shape.
+    // An entry's window, as (start, views, users), after checking its
+    // shape; the windows an answer lists, all of `page`.
+    let window_of = |entry: &Value| -> (i64, u64, Vec<String>) {
+        let value = &entry["value"];
+        let start = value["window_start"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap()
+            .as_millisecond();
+        assert_eq!(value["window_end"], json!(rfc3339(start + SIZE)), "{value}");
+        assert_eq!(value["records"], value["views"], "{value}");
+        let users = value["users"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u.as_str().unwrap().to_string())
+            .collect();
+        (start, value["views"].as_u64().unwrap(), users)
+    };
     let windows_of = |answer: &Answer, page: &str| -> Vec<(i64, u64, Vec<String>)> {
         answer.body["entries"]
             .as_array()
@@ -1056,22 +1074,7 @@ fn a_window_store_answers_a_keys_windows_by_time_range_from_either_instance() {
             .iter()
             .map(|entry| {
                 assert_eq!(entry["key"], json!(page), "{entry}");
-                let value = &entry["value"];
-                let start = value["window_start"]
-                    .as_str()
-                    .unwrap()
-                    .parse::<jiff::Timestamp>()
-                    .unwrap()
-                    .as_millisecond();
-                assert_eq!(value["window_end"], json!(rfc3339(start + SIZE)), "{value}");
-                assert_eq!(value["records"], value["views"], "{value}");
-                let users = value["users"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|u| u.as_str().unwrap().to_string())
-                    .collect();
-                (start, value["views"].as_u64().unwrap(), users)
+                window_of(entry)
             })
             .collect()
     };
@@ -1164,9 +1167,37 @@ fn a_window_store_answers_a_keys_windows_by_time_range_from_either_instance() {
             }
         }
         assert_eq!(seen, expected.values().map(BTreeMap::len).sum::<usize>());
-        // Bounds on raw window-store keys mean nothing to a client.
-        let refused = get(addr, &format!("/v1/stores/{store}?prefix=%2Fpage"));
-        assert_eq!(refused.status, 400, "{}", refused.body);
+        // A key range and a key prefix (Kafka Streams' `fetch(keyFrom,
+        // keyTo, ...)`): every window of the pages within, each once, in
+        // the store's order, three a page, from both instances' tasks.
+        for (bounds, within) in [
+            ("from=%2Fpage%2F05&to=%2Fpage%2F12", 5..=12),
+            ("prefix=%2Fpage%2F1", 10..=19),
+        ] {
+            let mut got = Vec::new();
+            let mut cursor = String::new();
+            loop {
+                let path = format!("/v1/stores/{store}?{bounds}&limit=3{cursor}");
+                let answer = get(addr, &path);
+                assert_eq!(answer.status, 200, "{addr}{path}: {}", answer.body);
+                for entry in answer.body["entries"].as_array().unwrap() {
+                    got.push((entry["key"].as_str().unwrap().to_string(), window_of(entry)));
+                }
+                match answer.body["next"].as_str() {
+                    Some(next) => cursor = format!("&cursor={next}"),
+                    None => break,
+                }
+            }
+            let want: Vec<_> = within
+                .flat_map(|p| {
+                    let page = format!("/page/{p:02}");
+                    expected_of(&page, i64::MIN, i64::MAX)
+                        .into_iter()
+                        .map(move |window| (page.clone(), window))
+                })
+                .collect();
+            assert_eq!(got, want, "{addr} {bounds}");
+        }
         let refused = get(addr, &format!("/v1/stores/{store}/keys/x?from=yesterday"));
         assert_eq!(refused.status, 400, "{}", refused.body);
     }

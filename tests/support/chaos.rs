@@ -1145,13 +1145,18 @@ impl Scenario {
     /// `CHAOS_SABOTAGE` runs them deliberately broken, to show that the
     /// judge fails when the property it checks does not hold:
     /// `at-least-once` (records of an aborted or killed transaction
-    /// counted again) or `no-dedup` (dedup remembers an id for 1 ms).
+    /// counted again), `no-dedup` (dedup remembers an id for 1 ms) or
+    /// `short-grace` (page views: windows close 30 s sooner than the judge
+    /// was told, so on-time views are dead-lettered as late).
     pub fn start(&mut self) -> Instances {
         if let Ok(sabotage) = std::env::var("CHAOS_SABOTAGE") {
             let (name, value) = match sabotage.as_str() {
                 "at-least-once" => ("STREAMFOLD_GUARANTEE", "at_least_once"),
                 "no-dedup" => ("DEDUP_RETENTION", "1ms"),
-                other => panic!("CHAOS_SABOTAGE={other}: expected at-least-once or no-dedup"),
+                "short-grace" => ("PAGE_VIEWS_GRACE", "10s"),
+                other => panic!(
+                    "CHAOS_SABOTAGE={other}: expected at-least-once, no-dedup or short-grace"
+                ),
             };
             eprintln!("chaos: SABOTAGED with {name}={value}; the judge must fail");
             // Later entries win: the sabotage overrides the scenario's own.

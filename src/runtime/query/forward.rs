@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use super::QueryableStore;
 use super::keys::{KeyEncoding, ScanBounds, base64url};
-use super::reads::{Found, Op};
+use super::reads::{Found, GROUP_BOUNDS, Op};
 use super::server::{Context, FORWARDED, Refusal};
 
 /// How long a forwarded request may take before the answer is `503`
@@ -66,8 +66,12 @@ fn forwarded_path(store: &QueryableStore, op: &Op, tasks: &[i32]) -> String {
     let common = format!("key_encoding=base64&tasks={}", list.join(","));
     match op {
         Op::Get(key) => format!("/v1/stores/{store}/keys/{}?{common}", base64url(key)),
-        Op::Scan { bounds, limit } => {
+        Op::Scan { bounds, limit } | Op::Windows { bounds, limit } => {
             let mut path = format!("/v1/stores/{store}?{common}&limit={limit}");
+            if matches!(op, Op::Windows { .. }) {
+                path.push('&');
+                path.push_str(GROUP_BOUNDS);
+            }
             if !bounds.prefix.is_empty() {
                 path.push_str(&format!("&prefix={}", base64url(&bounds.prefix)));
             }

@@ -30,6 +30,7 @@ pub mod server;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod window_ranges;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -265,6 +266,44 @@ impl QueryState {
                 .map_err(|e| ReadError::Failed(format!("stored value is not JSON: {e}")))?;
             out.push((key.to_vec(), value));
         }
+        Ok(out)
+    }
+
+    /// Up to `limit` committed entries of `store` of `task` from `start`
+    /// on, in key order, that `step` takes; it skips the others with a
+    /// seek. One iterator, so one committed state, however far it seeks.
+    pub(crate) fn walk(
+        &self,
+        task: i32,
+        store: &str,
+        start: &[u8],
+        limit: usize,
+        step: impl Fn(&[u8]) -> window_ranges::Step,
+    ) -> Result<ReadEntries, ReadError> {
+        let tasks = self.read();
+        let entry = running_entry(&tasks, task)?;
+        let Some(cf) = entry.db.cf_handle(store) else {
+            return Err(ReadError::Failed(format!(
+                "task {task} has no store `{store}`"
+            )));
+        };
+        let mut out = Vec::new();
+        let mut iter = entry.db.raw_iterator_cf(cf);
+        iter.seek(start);
+        while out.len() < limit {
+            let Some(key) = iter.key() else { break };
+            match step(key) {
+                window_ranges::Step::Take => {
+                    let value = serde_json::from_slice(iter.value().unwrap_or_default())
+                        .map_err(|e| ReadError::Failed(format!("stored value is not JSON: {e}")))?;
+                    out.push((key.to_vec(), value));
+                    iter.next();
+                }
+                window_ranges::Step::Seek(next) => iter.seek(&next),
+            }
+        }
+        iter.status()
+            .map_err(|e| ReadError::Failed(e.to_string()))?;
         Ok(out)
     }
 }

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use super::forward::fan_out;
 use super::keys::{KeyEncoding, Params, ScanBounds, percent_decode};
 use super::server::{Context, Refusal, Reply, error, reply};
-use super::{Local, MAX_SCAN_LIMIT, QueryableStore, ReadError};
+use super::{Local, MAX_SCAN_LIMIT, QueryableStore, ReadError, window_ranges};
 use crate::task::partitioner::partition_for;
 
 /// Entries a scan returns when the request names no `limit`.
@@ -40,7 +40,18 @@ pub(crate) enum Op {
         bounds: ScanBounds,
         limit: usize,
     },
+    /// A page of at most `limit` windows of a window store whose group
+    /// keys are within `bounds` (group keys; the cursor a store key).
+    Windows {
+        bounds: ScanBounds,
+        limit: usize,
+    },
 }
+
+/// The parameter that marks a forwarded scan's bounds as group keys
+/// ([`Op::Windows`]); without it a forwarded window store's bounds are
+/// store keys (a key's windows).
+pub(crate) const GROUP_BOUNDS: &str = "bounds=groups";
 
 /// One entry found.
 #[derive(Clone, Debug, PartialEq)]
@@ -117,24 +128,20 @@ pub(crate) async fn scan(
         Ok(bounds) => bounds,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    // A forwarded scan of a window store carries the store keys' bounds
-    // of a lookup; a client's bounds would cut through the keys' length
-    // prefixes.
-    if store.windowed
-        && !forwarded
-        && (!bounds.prefix.is_empty() || bounds.from.is_some() || bounds.to.is_some())
-    {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "`{}` holds windows: ask for a key's windows (/v1/stores/{}/keys/<key>?from=<time>&to=<time>) or page through the whole store without prefix, from or to",
-                store.name, store.name
-            ),
-        );
-    }
-    let op = Op::Scan {
-        bounds: bounds.clone(),
-        limit,
+    // A client's bounds on a window store are group keys, walked length
+    // by length; a forwarded scan's are too when it says so, and otherwise
+    // the store keys of a key's windows.
+    let groups = params.get("bounds").is_some_and(|b| b == b"groups");
+    let op = if store.windowed && (!forwarded || groups) {
+        Op::Windows {
+            bounds: bounds.clone(),
+            limit,
+        }
+    } else {
+        Op::Scan {
+            bounds: bounds.clone(),
+            limit,
+        }
     };
     match ask(context, store, &op, params, forwarded).await {
         Err(refusal) => refusal.reply(),
@@ -324,7 +331,7 @@ async fn ask(
 ) -> Result<Vec<Found>, Refusal> {
     let key = match op {
         Op::Get(key) => Some(key.as_slice()),
-        Op::Scan { .. } => None,
+        Op::Scan { .. } | Op::Windows { .. } => None,
     };
     let tasks = tasks_for(context, store, key, params, forwarded)?;
     answer(context, store, op, &tasks, forwarded).await
@@ -408,6 +415,18 @@ fn read_local(
             context
                 .state
                 .scan(task, &store.name, &bounds.range(), limit + 1)?
+        }
+        Op::Windows { bounds, limit } => {
+            let start = bounds.after.as_ref().map_or_else(Vec::new, |after| {
+                let mut next = after.clone();
+                next.push(0);
+                next
+            });
+            context
+                .state
+                .walk(task, &store.name, &start, limit + 1, |key| {
+                    window_ranges::step(bounds, key)
+                })?
         }
     };
     let spec = context.topology.nodes[store.node].kind.spec();
