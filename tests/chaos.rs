@@ -947,12 +947,12 @@ fn expected_windows(source: &[Consumed], dead: &[Consumed], input: &[Event]) -> 
     let mut windows = Windows::new();
     for (id, value) in &views {
         let (page, at) = view(value);
-        if let (start, true) = closes(&page, at) {
-            if !late.contains(*id) {
-                let (count, users) = windows.entry((page, start)).or_default();
-                *count += 1;
-                users.insert(value["user"].as_str().unwrap().to_string());
-            }
+        if let (start, true) = closes(&page, at)
+            && !late.contains(*id)
+        {
+            let (count, users) = windows.entry((page, start)).or_default();
+            *count += 1;
+            users.insert(value["user"].as_str().unwrap().to_string());
         }
     }
     (windows, late.len())
