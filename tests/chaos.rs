@@ -68,6 +68,28 @@ fn place(record: &Consumed) -> String {
     )
 }
 
+/// A run of `topology` with the CI schedule's size (3,000 events, 10
+/// faults, one broker) and `seed`, unless the `CHAOS_*` environment says
+/// otherwise: its settings, its generator and its scenario.
+fn scenario_of(
+    test: &'static str,
+    topology: &'static str,
+    seed: u64,
+) -> (Settings, StdRng, Scenario) {
+    let settings = Settings::from_env(
+        test,
+        Settings {
+            seed,
+            events: 3_000,
+            faults: 10,
+            ..Settings::default()
+        },
+    );
+    let rng = rng(&settings);
+    let scenario = Scenario::new(test, topology, settings.clone());
+    (settings, rng, scenario)
+}
+
 /// Fails unless the dead-letter topic is empty.
 fn assert_no_dead_letters(scenario: &Scenario, dlq: &str) {
     let dead = scenario.kafka.read(dlq);
@@ -655,20 +677,10 @@ fn count_counters(values: &[Consumed], dead: &[Consumed], input: &[Event]) -> Co
 #[test]
 fn distributed_counter_under_chaos() {
     let _serial = serial();
-    let settings = Settings::from_env(
-        "distributed_counter_under_chaos",
-        Settings {
-            seed: 3,
-            events: 3_000,
-            faults: 10,
-            ..Settings::default()
-        },
-    );
-    let mut rng = rng(&settings);
-    let mut scenario = Scenario::new(
+    let (settings, mut rng, mut scenario) = scenario_of(
         "distributed_counter_under_chaos",
         "distributed-counter.yaml",
-        settings.clone(),
+        3,
     );
     let source = scenario.source("COUNTER_EVENTS_TOPIC", "chaos-counter-events");
     scenario.source("COUNTER_READS_TOPIC", "chaos-counter-reads");
@@ -1008,21 +1020,8 @@ fn judge_views(outputs: &[Consumed], expected: &Windows) {
 #[test]
 fn page_views_under_chaos() {
     let _serial = serial();
-    let settings = Settings::from_env(
-        "page_views_under_chaos",
-        Settings {
-            seed: 5,
-            events: 3_000,
-            faults: 10,
-            ..Settings::default()
-        },
-    );
-    let mut rng = rng(&settings);
-    let mut scenario = Scenario::new(
-        "page_views_under_chaos",
-        "page-views.yaml",
-        settings.clone(),
-    );
+    let (settings, mut rng, mut scenario) =
+        scenario_of("page_views_under_chaos", "page-views.yaml", 5);
     let source = scenario.source("PAGE_VIEWS_TOPIC", "chaos-page-views");
     let counts = scenario.topic("PAGE_VIEWS_COUNTS_TOPIC", "chaos-page-view-counts");
     let dlq = scenario.topic("DEAD_LETTER_TOPIC", "chaos-page-views-dlq");
@@ -1214,21 +1213,8 @@ fn judge_orders(
 #[test]
 fn orders_enriched_under_chaos() {
     let _serial = serial();
-    let settings = Settings::from_env(
-        "orders_enriched_under_chaos",
-        Settings {
-            seed: 6,
-            events: 3_000,
-            faults: 10,
-            ..Settings::default()
-        },
-    );
-    let mut rng = rng(&settings);
-    let mut scenario = Scenario::new(
-        "orders_enriched_under_chaos",
-        "orders-enriched.yaml",
-        settings.clone(),
-    );
+    let (settings, mut rng, mut scenario) =
+        scenario_of("orders_enriched_under_chaos", "orders-enriched.yaml", 6);
     let orders = scenario.source("ORDERS_TOPIC", "chaos-orders");
     let customers = scenario.table_source("CUSTOMERS_TOPIC", "chaos-customers");
     let enriched = scenario.topic("ENRICHED_ORDERS_TOPIC", "chaos-orders-enriched");

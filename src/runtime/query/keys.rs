@@ -176,6 +176,17 @@ impl ScanBounds {
         KeyRange { start, end }
     }
 
+    /// Bounds from the first page on.
+    #[cfg(test)]
+    pub(crate) fn of(prefix: &[u8], from: Option<&[u8]>, to: Option<&[u8]>) -> ScanBounds {
+        ScanBounds {
+            prefix: prefix.to_vec(),
+            from: from.map(<[u8]>::to_vec),
+            to: to.map(<[u8]>::to_vec),
+            after: None,
+        }
+    }
+
     /// The cursor that resumes after `key`.
     pub(crate) fn cursor(key: &[u8]) -> String {
         BASE64URL.encode(key)
@@ -201,12 +212,7 @@ mod tests {
     use super::*;
 
     fn bounds(prefix: &[u8], from: Option<&[u8]>, to: Option<&[u8]>) -> ScanBounds {
-        ScanBounds {
-            prefix: prefix.to_vec(),
-            from: from.map(<[u8]>::to_vec),
-            to: to.map(<[u8]>::to_vec),
-            after: None,
-        }
+        ScanBounds::of(prefix, from, to)
     }
 
     #[test]

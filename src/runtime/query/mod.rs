@@ -217,11 +217,7 @@ impl QueryState {
     ) -> Result<Option<Value>, ReadError> {
         let tasks = self.read();
         let entry = running_entry(&tasks, task)?;
-        let Some(cf) = entry.db.cf_handle(store) else {
-            return Err(ReadError::Failed(format!(
-                "task {task} has no store `{store}`"
-            )));
-        };
+        let cf = entry.store(task, store)?;
         match entry.db.get_pinned_cf(cf, key) {
             Ok(Some(bytes)) => serde_json::from_slice(&bytes)
                 .map(Some)
@@ -242,11 +238,7 @@ impl QueryState {
     ) -> Result<ReadEntries, ReadError> {
         let tasks = self.read();
         let entry = running_entry(&tasks, task)?;
-        let Some(cf) = entry.db.cf_handle(store) else {
-            return Err(ReadError::Failed(format!(
-                "task {task} has no store `{store}`"
-            )));
-        };
+        let cf = entry.store(task, store)?;
         if range.is_empty() {
             return Ok(Vec::new());
         }
@@ -282,11 +274,7 @@ impl QueryState {
     ) -> Result<ReadEntries, ReadError> {
         let tasks = self.read();
         let entry = running_entry(&tasks, task)?;
-        let Some(cf) = entry.db.cf_handle(store) else {
-            return Err(ReadError::Failed(format!(
-                "task {task} has no store `{store}`"
-            )));
-        };
+        let cf = entry.store(task, store)?;
         let mut out = Vec::new();
         let mut iter = entry.db.raw_iterator_cf(cf);
         iter.seek(start);
@@ -305,6 +293,15 @@ impl QueryState {
         iter.status()
             .map_err(|e| ReadError::Failed(e.to_string()))?;
         Ok(out)
+    }
+}
+
+impl TaskEntry {
+    /// The column family of `store` in this task's database.
+    fn store(&self, task: i32, store: &str) -> Result<&rocksdb::ColumnFamily, ReadError> {
+        self.db
+            .cf_handle(store)
+            .ok_or_else(|| ReadError::Failed(format!("task {task} has no store `{store}`")))
     }
 }
 

@@ -149,15 +149,6 @@ mod tests {
         taken
     }
 
-    fn bounds(prefix: &[u8], from: Option<&[u8]>, to: Option<&[u8]>) -> ScanBounds {
-        ScanBounds {
-            prefix: prefix.to_vec(),
-            from: from.map(<[u8]>::to_vec),
-            to: to.map(<[u8]>::to_vec),
-            after: None,
-        }
-    }
-
     #[test]
     fn a_key_range_takes_every_length_s_keys_within_it() {
         let groups: [&[u8]; 8] = [b"a", b"b", b"c", b"ab", b"bz", b"ca", b"b\xff", b"abc"];
@@ -175,18 +166,18 @@ mod tests {
         };
         let b = |s: &str| s.as_bytes().to_vec();
         assert_eq!(
-            groups_of(walk(&keys, &bounds(b"", Some(b"ab"), Some(b"b")))),
+            groups_of(walk(&keys, &ScanBounds::of(b"", Some(b"ab"), Some(b"b")))),
             vec![b("b"), b("ab"), b("abc")]
         );
         assert_eq!(
-            groups_of(walk(&keys, &bounds(b"b", None, None))),
+            groups_of(walk(&keys, &ScanBounds::of(b"b", None, None))),
             vec![b("b"), b("bz"), b"b\xff".to_vec()]
         );
         assert_eq!(
-            groups_of(walk(&keys, &bounds(b"", Some(b"bz"), None))),
+            groups_of(walk(&keys, &ScanBounds::of(b"", Some(b"bz"), None))),
             vec![b("c"), b("bz"), b"b\xff".to_vec(), b("ca")]
         );
-        assert!(walk(&keys, &bounds(b"", Some(b"d"), Some(b"a"))).is_empty());
+        assert!(walk(&keys, &ScanBounds::of(b"", Some(b"d"), Some(b"a"))).is_empty());
     }
 
     proptest! {
@@ -203,7 +194,7 @@ mod tests {
                 .iter()
                 .flat_map(|g| [store_key(g, 1), store_key(g, 7)])
                 .collect();
-            let bounds = ScanBounds { prefix: prefix.clone(), from: from.clone(), to: to.clone(), after: None };
+            let bounds = ScanBounds::of(&prefix, from.as_deref(), to.as_deref());
             let filtered: Vec<Vec<u8>> = keys
                 .iter()
                 .filter(|k| {
