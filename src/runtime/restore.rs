@@ -491,14 +491,31 @@ impl Restorer {
     ///
     /// Each question waits `timeout` at most: it runs on the polling
     /// thread, and a broker that does not answer now is asked again at the
-    /// next round while the other tasks go on.
-    pub(crate) fn ends(&self, task: i32, timeout: Duration) -> Result<ChangelogEnds, KafkaError> {
+    /// next round while the other tasks go on. Only the changelogs with a
+    /// `saved` offset must answer (their range decides whether local state
+    /// can be kept); for the others the ends only seed what is left to
+    /// restore, which the consumers' statistics give later anyway, so a
+    /// question they leave unanswered does not hold the task back.
+    pub(crate) fn ends(
+        &self,
+        task: i32,
+        saved: &BTreeMap<String, i64>,
+        timeout: Duration,
+    ) -> Result<ChangelogEnds, KafkaError> {
         let mut held = BTreeMap::new();
         for reader in &self.readers {
-            let range = self
+            match self
                 .watermarks
-                .fetch_watermarks(&reader.topic, task, timeout)?;
-            held.insert(reader.topic.clone(), range);
+                .fetch_watermarks(&reader.topic, task, timeout)
+            {
+                Ok(range) => {
+                    held.insert(reader.topic.clone(), range);
+                }
+                Err(error) if !saved.contains_key(&reader.topic) => {
+                    tracing::debug!(task, changelog = %reader.topic, %error, "The changelog's ends are not known yet; the restore starts without them.");
+                }
+                Err(error) => return Err(error),
+            }
         }
         Ok(ChangelogEnds { task, held })
     }

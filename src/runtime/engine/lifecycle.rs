@@ -167,7 +167,7 @@ impl Engine {
             Some(assigned) => assigned.cursor.changelog_offsets.0.clone(),
             None => return Ok(()),
         };
-        let ends = match self.restorer.ends(task, Duration::from_millis(500)) {
+        let ends = match self.restorer.ends(task, &saved, Duration::from_millis(500)) {
             Ok(ends) => ends,
             // The broker did not answer (restarting, overloaded): this
             // task waits for the next round; the others go on.
