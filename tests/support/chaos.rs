@@ -1099,15 +1099,22 @@ impl Scenario {
     /// that the judge reads every committed record, not only the latest of
     /// each key. The changelogs stay compacted, as in production.
     pub fn topic(&mut self, var: &str, prefix: &str) -> String {
+        let topic = self.created(var, prefix, "delete");
+        self.outputs.push(topic.clone());
+        topic
+    }
+
+    /// A fresh topic named after `prefix` with `cleanup.policy`, passed to
+    /// the topology as `var`.
+    fn created(&mut self, var: &str, prefix: &str, cleanup: &str) -> String {
         let topic = unique(prefix);
         self.env(var, &topic);
         create_topic_on(
             &self.kafka.client(),
             &topic,
             PARTITIONS,
-            &[("cleanup.policy", "delete")],
+            &[("cleanup.policy", cleanup)],
         );
-        self.outputs.push(topic.clone());
         topic
     }
 
@@ -1122,14 +1129,7 @@ impl Scenario {
     /// A source read as a table: compacted, as production's are, and fed
     /// by murmur2 of the key (see [`Feed`]).
     pub fn table_source(&mut self, var: &str, prefix: &str) -> String {
-        let topic = unique(prefix);
-        self.env(var, &topic);
-        create_topic_on(
-            &self.kafka.client(),
-            &topic,
-            PARTITIONS,
-            &[("cleanup.policy", "compact")],
-        );
+        let topic = self.created(var, prefix, "compact");
         self.sources.push(topic.clone());
         self.tables.push(topic.clone());
         topic
