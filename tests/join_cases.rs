@@ -54,7 +54,7 @@ fn streamfold_test_passes_every_join_case() {
             "tests/cases/orders-enriched",
             2,
         ),
-        ("tests/cases/joins/topology.yaml", "tests/cases/joins", 4),
+        ("tests/cases/joins/topology.yaml", "tests/cases/joins", 5),
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_streamfold"))
             .args(["test", topology, cases])
@@ -111,6 +111,21 @@ fn join_counters_say_what_happened_to_every_record() {
     assert_eq!(left.get(NodeCounter::RecordsOut), 4);
     assert_eq!(left.get(NodeCounter::Dropped), 0);
 
+    let report = case(&topology, "joins/stream-global");
+    // Six purchases: before the profile, two with it (the inner join's
+    // key is case-sensitive, so `C1` finds none), after the tombstone,
+    // and one naming no customer (dead-lettered by both).
+    let inner = stats(&report, "global_inner");
+    assert_eq!(inner.get(NodeCounter::RecordsIn), 6);
+    assert_eq!(inner.get(NodeCounter::RecordsOut), 2);
+    assert_eq!(inner.get(NodeCounter::JoinUnmatched), 3);
+    assert_eq!(inner.get(NodeCounter::Dropped), 3);
+    assert_eq!(inner.dead_letters(DeadLetterReason::Rejected), 1);
+    let left = stats(&report, "global_left");
+    assert_eq!(left.get(NodeCounter::RecordsOut), 5);
+    assert_eq!(left.get(NodeCounter::JoinUnmatched), 2);
+    assert_eq!(left.dead_letters(DeadLetterReason::Rejected), 1);
+
     let report = case(&topology, "joins/stream-stream");
     let inner = stats(&report, "streams_inner");
     // c1–v1, c2–v1, c2–v2 (c1–v2 are 11 s apart).
@@ -156,7 +171,15 @@ fn the_schema_documents_every_join_field_and_the_source_kind() {
         .find(|v| v["properties"]["type"]["const"] == "join")
         .map(|v| &v["properties"])
         .expect("a `join` variant");
-    for field in ["how", "window", "grace", "on_late", "value", "fields"] {
+    for field in [
+        "how",
+        "window",
+        "grace",
+        "on_late",
+        "value",
+        "fields",
+        "table_key",
+    ] {
         let description = join[field]["description"].as_str().unwrap_or_default();
         assert!(
             !description.is_empty(),
@@ -167,7 +190,7 @@ fn the_schema_documents_every_join_field_and_the_source_kind() {
     assert!(
         source["description"]
             .as_str()
-            .is_some_and(|d| d.contains("table")),
+            .is_some_and(|d| d.contains("table") && d.contains("global_table")),
         "{source}"
     );
 }

@@ -34,7 +34,7 @@ use crate::record::json;
 use crate::record::{ErrorClass, Record, Timestamp};
 use crate::telemetry::DeadLetterReason;
 use crate::topology::Topology;
-use crate::topology::model::{Format, KeyFormat, SourceKind};
+use crate::topology::model::{Format, KeyFormat};
 
 /// Why one record could not be decoded: the record's fault (bad bytes, an
 /// unknown schema) or the outside world's (a schema registry that did not
@@ -250,7 +250,7 @@ impl Codecs {
                 value,
                 avro_key: config.key_format == KeyFormat::Avro,
                 keyless: config.key_format == KeyFormat::None,
-                table: config.kind == SourceKind::Table,
+                table: config.kind.is_table(),
             });
         }
         let mut sinks = Vec::with_capacity(topology.sinks.len());

@@ -243,6 +243,9 @@ pub struct NodeInput {
     /// A source read as a table (`kind: table`): latest value per key,
     /// tombstones (`null` values) delete.
     pub(crate) table: bool,
+    /// A global table (`kind: global_table`, also a `table`): every
+    /// instance holds it whole, and its records never reach a task.
+    pub(crate) global: bool,
 }
 
 impl NodeInfo<'_> {

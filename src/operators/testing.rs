@@ -47,6 +47,7 @@ impl Harness {
             .map(|&(name, table)| NodeInput {
                 name: name.to_string(),
                 table,
+                global: false,
             })
             .collect();
         let info = NodeInfo {

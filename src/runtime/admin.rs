@@ -318,9 +318,9 @@ fn source_partitions(
     topology: &Topology,
     existing: &HashMap<String, i32>,
 ) -> Result<i32, RuntimeError> {
+    // Global tables are read whole by every instance: any count will do.
     let counts: Vec<(&str, i32)> = topology
-        .sources
-        .iter()
+        .group_sources()
         .filter_map(|s| {
             let topic = s.config.topic.as_str();
             existing.get(topic).map(|&n| (topic, n))

@@ -109,7 +109,7 @@ pub(crate) fn counters_of(topology: &Topology) -> Vec<(&str, Counted)> {
             out.push((name, DeadLetters(DeadLetterReason::TooLarge)));
         }
     }
-    for source in &topology.sources {
+    for source in topology.group_sources() {
         let name = source.name.as_str();
         let config = &source.config;
         let avro_key = config.key_format == KeyFormat::Avro;
@@ -161,6 +161,20 @@ pub fn register_topology(topology: &Topology) {
             Counted::DeadLetters(reason) => {
                 telemetry::dead_letter_counter(app, name, reason).increment(0);
             }
+        }
+    }
+    for source in topology.sources.iter().filter(|s| s.global()) {
+        for reason in [
+            DeadLetterReason::UndecodableValue,
+            DeadLetterReason::UndecodableKey,
+        ] {
+            ::metrics::counter!(
+                telemetry::GLOBAL_TABLE_SKIPPED,
+                "topology" => app.to_string(),
+                "table" => source.name.clone(),
+                "reason" => reason.code()
+            )
+            .increment(0);
         }
     }
     // Registered, a histogram shows a count and sum of 0.

@@ -24,6 +24,7 @@ pub mod commit;
 pub mod connect;
 pub mod engine;
 pub(crate) mod fetch;
+pub(crate) mod global_tables;
 pub mod health;
 pub mod metrics;
 pub mod ops_server;

@@ -200,7 +200,7 @@ pub fn reset(
 /// `existing` (topic to partition count), each once.
 fn source_partitions(topology: &Topology, existing: &HashMap<String, i32>) -> TopicPartitionList {
     let mut sources = TopicPartitionList::new();
-    for source in &topology.sources {
+    for source in topology.group_sources() {
         let topic = source.config.topic.as_str();
         let partitions = existing.get(topic).copied().unwrap_or(0);
         for partition in 0..partitions {

@@ -139,8 +139,8 @@ pub(crate) fn with_overrides(topology: Arc<Topology>, options: &RunOptions) -> A
 pub(crate) fn consumer_config(topology: &Topology, options: &RunOptions) -> ClientConfig {
     let mut config = base_config(topology, options);
     let reset = topology
-        .sources
-        .first()
+        .group_sources()
+        .next()
         .map(|s| s.config.offset_reset)
         .unwrap_or_default();
     config.set("auto.offset.reset", reset.name());

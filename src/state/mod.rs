@@ -22,6 +22,7 @@
 //! Keys are ordered bytes, so range and prefix scans work the same on every
 //! backend.
 
+pub mod global;
 pub mod memory;
 mod overlay;
 pub mod rocks;
@@ -229,6 +230,8 @@ pub struct StateSet {
     budget: Option<(Arc<CacheBudget>, usize)>,
     /// The bytes this set last counted in the budget's `used`.
     cached_bytes: usize,
+    /// The instance's global tables, which operators read.
+    globals: global::Globals,
 }
 
 impl Drop for StateSet {
@@ -252,7 +255,20 @@ impl StateSet {
             cache_entries: Self::CACHE_ENTRIES,
             budget: None,
             cached_bytes: 0,
+            globals: global::Globals::default(),
         }
+    }
+
+    /// Lets the operators read `globals`.
+    pub(crate) fn with_globals(mut self, globals: global::Globals) -> StateSet {
+        self.globals = globals;
+        self
+    }
+
+    /// The global table read from source `source`, if the instance holds
+    /// one.
+    pub(crate) fn global(&self, source: &str) -> Option<Arc<dyn global::GlobalTable>> {
+        self.globals.get(source)
     }
 
     /// Takes this set's stores and cached bytes out of its budget.

@@ -20,7 +20,7 @@ pub(crate) mod output;
 pub(crate) mod partitioner;
 mod records;
 pub(crate) mod repartition;
-mod routing;
+pub(crate) mod routing;
 #[cfg(test)]
 mod tests;
 
@@ -34,10 +34,10 @@ use crate::formats::CodecError;
 use crate::operators::{BuiltOperator, Clocks, Context, Emit, OpError};
 use crate::record::json::{self, parse_timestamp};
 use crate::record::{ErrorClass, Origin, Record, Timestamp};
+use crate::state::global::Globals;
 use crate::state::timers::{Clock, TimerState};
 use crate::state::{JsonState, StateBackend, StateError, StateSet, StoreHandle};
 use crate::telemetry::{DeadLetterReason, NodeCounter, NodeGauge, NodeStats};
-use crate::topology::model::SourceKind;
 use crate::topology::{Target, Topology};
 
 pub use dead_letter::DeadLetter;
@@ -158,9 +158,20 @@ impl Task {
         backend: Box<dyn StateBackend>,
         routing: Routing,
     ) -> Result<Task, StateError> {
+        Task::with_globals(topology, backend, routing, Globals::default())
+    }
+
+    /// [`Task::new`], its operators reading the instance's global tables.
+    pub fn with_globals(
+        topology: Arc<Topology>,
+        backend: Box<dyn StateBackend>,
+        routing: Routing,
+        globals: Globals,
+    ) -> Result<Task, StateError> {
         let names = topology.stores().map(|s| s.name.clone()).collect();
-        let mut state =
-            StateSet::new(backend, names).with_cache_entries(topology.state.cache_entries);
+        let mut state = StateSet::new(backend, names)
+            .with_cache_entries(topology.state.cache_entries)
+            .with_globals(globals);
         let mut nodes = Vec::with_capacity(topology.nodes.len());
         let max_record_bytes = topology.kafka.max_record_bytes();
         for node in &topology.nodes {
@@ -454,7 +465,7 @@ impl Task {
         };
         // A table's tombstone has no value to read a time from: it keeps
         // the Kafka timestamp.
-        let tombstone = record.value.is_null() && def.config.kind == SourceKind::Table;
+        let tombstone = record.value.is_null() && def.config.kind.is_table();
         if let Some(pointer) = def.config.timestamp.as_ref().filter(|_| !tombstone) {
             match pointer.get(&record.value).and_then(parse_timestamp) {
                 Some(ts) => record.timestamp = ts,

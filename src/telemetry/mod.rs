@@ -533,6 +533,11 @@ pub(crate) const STATE_CACHE_HITS: &str = "streamfold_state_block_cache_hits_tot
 pub(crate) const STATE_CACHE_MISSES: &str = "streamfold_state_block_cache_misses_total";
 /// Source topics `run` is waiting for at startup (0 once they all exist).
 pub(crate) const MISSING_SOURCE_TOPICS: &str = "streamfold_runtime_missing_source_topics";
+/// Records of a global table's topic it could not hold (no key, a key or
+/// value its codec refuses), by `table` and `reason` (a dead-letter
+/// reason code): skipped and logged, not dead-lettered, as every instance
+/// reads them.
+pub(crate) const GLOBAL_TABLE_SKIPPED: &str = "streamfold_global_table_skipped_records_total";
 
 #[cfg(test)]
 mod tests {

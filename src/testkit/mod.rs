@@ -46,6 +46,7 @@ use crate::formats::{Codecs, Wire};
 use crate::record::json;
 use crate::record::{Origin, Timestamp};
 use crate::state::StateError;
+use crate::state::global::{Change, Globals, MemoryGlobal};
 use crate::state::memory::MemoryBackend;
 use crate::task::limits::Limits;
 use crate::task::output::Writer;
@@ -387,15 +388,28 @@ pub struct Driver {
     tick: i64,
     offsets: BTreeMap<String, i64>,
     received: BTreeMap<String, Vec<Received>>,
+    /// The global tables, by source index: a fixture for one is applied
+    /// to it at once, as the instance's reader would.
+    globals: BTreeMap<usize, Arc<MemoryGlobal>>,
 }
 
 impl Driver {
     pub fn new(topology: Arc<Topology>) -> Result<Driver, TestkitError> {
         let stores = topology.stores().count();
-        let mut task = Task::new(
+        let mut globals = BTreeMap::new();
+        let mut tables = Globals::default();
+        for (index, source) in topology.sources.iter().enumerate() {
+            if source.global() {
+                let table = Arc::new(MemoryGlobal::default());
+                tables.insert(&source.name, Arc::clone(&table) as _);
+                globals.insert(index, table);
+            }
+        }
+        let mut task = Task::with_globals(
             Arc::clone(&topology),
             Box::new(MemoryBackend::new(stores)),
             Routing::Direct,
+            tables,
         )?;
         task.set_processing_time(VIRTUAL_EPOCH);
         task.start(None)?;
@@ -410,6 +424,7 @@ impl Driver {
             tick,
             offsets: BTreeMap::new(),
             received: BTreeMap::new(),
+            globals,
         })
     }
 
@@ -436,6 +451,27 @@ impl Driver {
         let mut last = Wire::default();
         for source in sources.iter().copied() {
             let wire = self.wire(source, &fixture)?;
+            if let Some(table) = self.globals.get(&source) {
+                let change = crate::runtime::global_tables::change_of(
+                    &self.codecs,
+                    source,
+                    wire.key.as_deref(),
+                    wire.payload.as_deref(),
+                );
+                match change {
+                    Ok((key, value)) => table.apply(Change {
+                        key: &key,
+                        value: value.as_ref(),
+                    }),
+                    Err(error) => {
+                        return Err(DriverError::Fixture(format!(
+                            "global table `{}` would skip this record: {}",
+                            self.topology.sources[source].name, error.reason
+                        )));
+                    }
+                }
+                continue;
+            }
             let origin = Origin {
                 topic: &fixture.topic,
                 partition: 0,

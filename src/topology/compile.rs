@@ -410,10 +410,11 @@ impl Graph {
             .map(|upstream| match *upstream {
                 Upstream::Source(s) => NodeInput {
                     name: sources[s].0.clone(),
-                    table: sources[s]
+                    table: sources[s].1.as_ref().is_some_and(|c| c.kind.is_table()),
+                    global: sources[s]
                         .1
                         .as_ref()
-                        .is_some_and(|c| c.kind == SourceKind::Table),
+                        .is_some_and(|c| c.kind == SourceKind::GlobalTable),
                 },
                 Upstream::Node { node, output } => {
                     let name = node_names[node];
@@ -423,6 +424,7 @@ impl Graph {
                     NodeInput {
                         name: output.map_or_else(|| name.to_string(), |o| format!("{name}.{o}")),
                         table: false,
+                        global: false,
                     }
                 }
             })
@@ -495,6 +497,33 @@ impl Loader {
                     consumed.insert((node, output));
                 }
             }
+        }
+        let global = |s: usize| {
+            parsed.sources[s]
+                .1
+                .as_ref()
+                .is_some_and(|c| c.kind == SourceKind::GlobalTable)
+        };
+        for ((name, _), inputs) in parsed.sinks.iter().zip(&graph.sink_inputs) {
+            for upstream in inputs {
+                if let &Upstream::Source(s) = upstream
+                    && global(s)
+                {
+                    self.error_at(
+                        &["sinks".into(), name.clone(), "input".into()],
+                        format!(
+                            "`{}` is a global table: every instance reads it whole, for joins; a sink reads it as `kind: table`",
+                            parsed.sources[s].0
+                        ),
+                    );
+                }
+            }
+        }
+        if !parsed.sources.is_empty() && (0..parsed.sources.len()).all(global) {
+            self.error_at(
+                &["sources".into()],
+                "every source is a global table: the group needs a stream (or a `kind: table`) to process, which joins them".into(),
+            );
         }
         for (i, (name, _)) in parsed.sources.iter().enumerate() {
             if !read_sources.contains(&i) {

@@ -131,6 +131,13 @@ pub struct Source {
     pub(crate) targets: Vec<Target>,
 }
 
+impl Source {
+    /// A global table: read whole by every instance, outside the group.
+    pub(crate) fn global(&self) -> bool {
+        self.config.kind == model::SourceKind::GlobalTable
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Node {
     pub name: String,
@@ -226,6 +233,12 @@ pub(crate) enum InternalKind {
 }
 
 impl Topology {
+    /// The sources the group reads, partition by partition in tasks:
+    /// every source but the global tables.
+    pub(crate) fn group_sources(&self) -> impl Iterator<Item = &Source> {
+        self.sources.iter().filter(|s| !s.global())
+    }
+
     /// The schema registry of `avro` sources and sinks, if any.
     pub fn schema_registry(&self) -> Option<&SchemaRegistryConfig> {
         self.schema_registry.as_ref()

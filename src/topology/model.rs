@@ -585,6 +585,20 @@ pub(crate) enum SourceKind {
     /// tombstone (no value) deletes the key. Read by `join` nodes (which
     /// materialize it) and sinks.
     Table,
+    /// A table every instance holds whole (Kafka Streams' `GlobalKTable`):
+    /// each instance reads every partition of the topic, outside the
+    /// group, and restores it before processing starts. Joined by a
+    /// stream on a key the stream record names (`join`'s `table_key`), so
+    /// it need not be co-partitioned with anything.
+    GlobalTable,
+}
+
+impl SourceKind {
+    /// Whether each record is the latest value of its key (a tombstone
+    /// deletes it).
+    pub(crate) fn is_table(self) -> bool {
+        matches!(self, SourceKind::Table | SourceKind::GlobalTable)
+    }
 }
 
 /// Where to start reading a partition that has no committed offset.
@@ -615,7 +629,9 @@ pub struct SourceConfig {
     pub topic: String,
     /// `stream` (default): every record is an event. `table`: each record
     /// is the latest value of its key and a tombstone deletes it; `join`
-    /// nodes and sinks read tables.
+    /// nodes and sinks read tables. `global_table`: a table every instance
+    /// holds whole, read outside the group, joined by a stream on a key
+    /// the stream record names (`table_key`).
     #[serde(default)]
     pub(crate) kind: SourceKind,
     /// Value encoding.

@@ -97,6 +97,12 @@ pub struct JoinConfig {
     /// <right input>: ...}` (`/orders/order_id`); a missing value is `null`.
     #[serde(default)]
     pub(crate) fields: Option<IndexMap<String, JsonPointer>>,
+    /// A stream with a global table only: the key of the row a stream
+    /// record joins, read from the record: a JSON pointer
+    /// (`/customer_id`) or a jq expression (`.customer.id | tostring`).
+    /// Strings are the key's text, anything else its compact JSON.
+    #[serde(default)]
+    pub(crate) table_key: Option<Expression>,
 }
 
 /// Which records a join emits.
@@ -118,12 +124,20 @@ enum Sides {
     StreamTable,
     TableTable,
     StreamStream,
+    /// A stream with a global table, by a key read from the stream record.
+    StreamGlobal,
     /// A table on the left of a stream: refused.
     TableStream,
+    /// A global table with a table, or on the left: refused.
+    OtherGlobal,
 }
 
 fn sides(inputs: &[NodeInput]) -> Option<Sides> {
     match inputs {
+        [left, right] if left.global || right.global => Some(match (left.table, right.global) {
+            (false, true) => Sides::StreamGlobal,
+            _ => Sides::OtherGlobal,
+        }),
         [left, right] => Some(match (left.table, right.table) {
             (false, true) => Sides::StreamTable,
             (true, true) => Sides::TableTable,
@@ -156,8 +170,10 @@ impl OperatorSpec for JoinConfig {
         self.window.is_some()
     }
 
+    /// A join with a global table reads its key from the record, and
+    /// needs neither keyed input nor co-partitioning.
     fn keyed(&self) -> bool {
-        true
+        self.table_key.is_none()
     }
 
     fn reads_tables(&self) -> bool {
@@ -233,7 +249,30 @@ impl OperatorSpec for JoinConfig {
                     value,
                 ))
             }
-            Sides::TableStream => return Err(unchecked()),
+            Sides::StreamGlobal => {
+                let table = state.global(&right.name).ok_or_else(|| {
+                    StateError::Backend(format!(
+                        "join `{}` reads global table `{}`, which this instance does not hold",
+                        node.name, right.name
+                    ))
+                })?;
+                let key = match &self.table_key {
+                    Some(key) if key.as_str().starts_with('/') => run::TableKey::Pointer(
+                        JsonPointer::parse(key.as_str()).map_err(|_| unchecked())?,
+                    ),
+                    Some(key) => {
+                        run::TableKey::Expression(compile_for_build(key, &[], "table_key")?)
+                    }
+                    None => return Err(unchecked()),
+                };
+                Box::new(run::StreamGlobal {
+                    table,
+                    key,
+                    how: self.how,
+                    value,
+                })
+            }
+            Sides::TableStream | Sides::OtherGlobal => return Err(unchecked()),
         };
         Ok(BuiltOperator::Whole(operator))
     }
@@ -259,6 +298,14 @@ impl JoinConfig {
                 format!("a join needs two different inputs; `{left}` is both"),
             ));
         }
+        if self.table_key.is_some() && sides != Sides::StreamGlobal {
+            issues.push(Issue::new(
+                &["table_key"],
+                format!(
+                    "`table_key` applies to a join of a stream with a global table (`kind: global_table`); `{right}` is not one"
+                ),
+            ));
+        }
         let streams_only = |option: &str| {
             Issue::new(
                 &[option],
@@ -274,6 +321,30 @@ impl JoinConfig {
                     "`{left}` is a table and `{right}` a stream: put the stream first (`input: [{right}, {left}]`), it is what joins the table"
                 ),
             )),
+            Sides::OtherGlobal => issues.push(Issue::new(
+                &["input"],
+                format!(
+                    "a global table is joined by a stream, on the right: `input: [<stream>, <global table>]`; `{left}` and `{right}` are not that"
+                ),
+            )),
+            Sides::StreamGlobal => {
+                self.check_table_key(issues);
+                if self.how == JoinType::Outer {
+                    issues.push(Issue::new(
+                        &["how"],
+                        "a stream joins a global table `inner` or `left`: a table update alone emits nothing (as in Kafka Streams)",
+                    ));
+                }
+                for (option, set) in [
+                    ("window", self.window.is_some()),
+                    ("grace", self.grace.is_some()),
+                    ("on_late", self.on_late.is_some()),
+                ] {
+                    if set {
+                        issues.push(streams_only(option));
+                    }
+                }
+            }
             Sides::TableTable if node.key_by.is_some() => issues.push(Issue::new(
                 &["key_by"],
                 "`key_by` re-keys the stream inputs of a join, and both inputs are tables: a table keeps its key",
@@ -318,6 +389,27 @@ impl JoinConfig {
                     &["grace"],
                     "`window` twice and `grace` add up to more than 100 years",
                 ));
+            }
+        }
+    }
+
+    /// A global table's key: present, and a pointer or a jq expression
+    /// that compiles.
+    fn check_table_key(&self, issues: &mut Vec<Issue>) {
+        match &self.table_key {
+            None => issues.push(Issue::new(
+                &[],
+                "a join with a global table needs `table_key`: where the stream record names its row (`/customer_id`, or a jq expression)",
+            )),
+            Some(key) if key.as_str().starts_with('/') => {
+                if let Err(error) = JsonPointer::parse(key.as_str()) {
+                    issues.push(Issue::new(&["table_key"], error.to_string()));
+                }
+            }
+            Some(key) => {
+                if let Some(error) = check(key, &[]) {
+                    issues.push(Issue::new(&["table_key"], error.to_string()));
+                }
             }
         }
     }

@@ -7,6 +7,7 @@
 //! had. Their timers are keyed by the side (one byte) and the buffer key.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -18,6 +19,7 @@ use crate::operators::keyed::{OnReject, ago, entity_prefix, ordered_i64, topic_f
 use crate::operators::{Context, OpError, Operator};
 use crate::record::json::rfc3339_millis;
 use crate::record::{Record, Timestamp};
+use crate::state::global::GlobalTable;
 use crate::state::timers::{Clock, Timer};
 use crate::state::{JsonState, StoreHandle};
 use crate::telemetry::NodeCounter;
@@ -150,6 +152,74 @@ impl Operator for StreamTable {
         };
         ctx.emit(Record {
             key: Some(key.into()),
+            value,
+            timestamp: record.timestamp,
+            headers: record.headers,
+        });
+        Ok(())
+    }
+}
+
+/// Where a stream record names the global table's row it joins.
+pub(crate) enum TableKey {
+    Pointer(JsonPointer),
+    Expression(Program),
+}
+
+impl TableKey {
+    /// The row's key for `record`: `None` when the record names none
+    /// (the field is missing or `null`, or the expression gave `null`).
+    fn of(&self, record: &Record, bindings: &Bindings<'_>) -> Result<Option<Box<[u8]>>, OpError> {
+        let value = match self {
+            TableKey::Pointer(pointer) => pointer.get(&record.value).cloned(),
+            TableKey::Expression(program) => Some(
+                program
+                    .one(&record.value, bindings, &[])
+                    .map_err(|e| OpError::Record(format!("table_key expression failed: {e}")))?,
+            ),
+        };
+        Ok(value
+            .filter(|v| !v.is_null())
+            .map(|v| crate::task::routing::key_bytes(&v)))
+    }
+}
+
+/// A stream joined with a global table: input 0 the stream, input 1 the
+/// table, whose records never reach the task (the instance reads them
+/// into `table`).
+pub(crate) struct StreamGlobal {
+    pub(crate) table: Arc<dyn GlobalTable>,
+    pub(crate) key: TableKey,
+    pub(crate) how: JoinType,
+    pub(crate) value: JoinedValue,
+}
+
+impl Operator for StreamGlobal {
+    fn process(&mut self, record: Record, ctx: &mut Context<'_>) -> Result<(), OpError> {
+        let bindings = Bindings::of(&record);
+        let Some(key) = self.key.of(&record, &bindings)? else {
+            return Err(OpError::Record(
+                "the record names no row of the global table: `table_key` is missing or null"
+                    .into(),
+            ));
+        };
+        let row = self.table.get(&key)?;
+        let value = match (row, self.how) {
+            (Some(row), _) => self
+                .value
+                .make(Some(&record.value), Some(&row), &bindings)?,
+            (None, JoinType::Inner) => {
+                ctx.count(NodeCounter::JoinUnmatched, 1);
+                ctx.count(NodeCounter::Dropped, 1);
+                return Ok(());
+            }
+            (None, JoinType::Left | JoinType::Outer) => {
+                ctx.count(NodeCounter::JoinUnmatched, 1);
+                self.value.make(Some(&record.value), None, &bindings)?
+            }
+        };
+        ctx.emit(Record {
+            key: record.key,
             value,
             timestamp: record.timestamp,
             headers: record.headers,

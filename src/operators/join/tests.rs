@@ -31,6 +31,7 @@ fn node_inputs(inputs: &[(&str, bool)]) -> Vec<NodeInput> {
         .map(|&(name, table)| NodeInput {
             name: name.to_string(),
             table,
+            global: false,
         })
         .collect()
 }

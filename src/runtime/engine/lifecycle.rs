@@ -226,13 +226,14 @@ impl Engine {
             let queries = Arc::clone(queries);
             backend.on_close(Box::new(move || queries.closing(task, &db)));
         }
-        let mut task = Task::new(
+        let mut task = Task::with_globals(
             Arc::clone(&self.topology),
             Box::new(backend),
             Routing::Partitioned {
                 partition: task,
                 partitions: self.partitions,
             },
+            self.globals.clone(),
         )?;
         task.state().share_cache(Arc::clone(&self.record_cache));
         Ok(task)
@@ -247,12 +248,13 @@ impl Engine {
             let Some(assigned) = self.tasks.get_mut(&task) else {
                 return Ok(());
             };
-            let placeholder = Task::new(
+            let placeholder = Task::with_globals(
                 Arc::clone(&self.topology),
                 Box::new(crate::state::memory::MemoryBackend::new(
                     self.topology.stores().count(),
                 )),
                 Routing::Direct,
+                self.globals.clone(),
             )?;
             drop(std::mem::replace(&mut assigned.task, placeholder));
             std::fs::remove_dir_all(&path).map_err(|e| {

@@ -47,9 +47,10 @@ use super::commit::{CommitCycle, CommitError, FaultPoint, Faults, TaskCursor, Tr
 use super::restore::Restorer;
 use super::settings::{self, RunOptions};
 use super::source_watch::SourceWatch;
-use super::{RuntimeError, admin, query, wall_clock_ms};
+use super::{RuntimeError, admin, global_tables, query, wall_clock_ms};
 use crate::formats::Codecs;
 use crate::state::CacheBudget;
+use crate::state::global::Globals;
 use crate::state::rocks::RocksResources;
 use crate::task::Task;
 use crate::telemetry::{self, NodeStats};
@@ -121,6 +122,16 @@ pub fn run(
         None => None,
     };
     let query_state = queries.as_ref().map(|q| Arc::clone(&q.state));
+    // Global tables are read whole before the group is joined, and kept
+    // current until the instance stops.
+    let state_root = state_root(&topology, &options);
+    let Some(globals) = global_tables::start(&topology, &options, &state_root, &shutdown)? else {
+        tracing::info!("Stopping while the global tables were restored.");
+        if let Some(queries) = queries {
+            queries.stop();
+        }
+        return Ok(());
+    };
     let result = run_members(
         &topology,
         &options,
@@ -128,7 +139,9 @@ pub fn run(
         &shutdown,
         query_state,
         &source_watch,
+        &globals.tables,
     );
+    drop(globals);
     if let Some(queries) = queries {
         queries.stop();
     }
@@ -143,6 +156,7 @@ fn run_members(
     shutdown: &AtomicBool,
     queries: Option<Arc<query::QueryState>>,
     source_watch: &Arc<SourceWatch>,
+    globals: &Globals,
 ) -> Result<(), RuntimeError> {
     let mut failures: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
     // Kept across memberships: a group back from a broker's restart may
@@ -157,6 +171,7 @@ fn run_members(
             queries.clone(),
             source_watch,
             &member_ids,
+            globals,
         ) {
             Err(RuntimeError::Commit(CommitError::Fatal(reason)))
                 if !shutdown.load(Ordering::Relaxed) =>
@@ -207,6 +222,7 @@ fn run_member(
     queries: Option<Arc<query::QueryState>>,
     source_watch: &Arc<SourceWatch>,
     member_ids: &MemberIds,
+    globals: &Globals,
 ) -> Result<(), RuntimeError> {
     let exactly_once = topology.processing.guarantee == Guarantee::ExactlyOnce;
     let producer_config = settings::producer_config(topology, options);
@@ -243,10 +259,17 @@ fn run_member(
     tracing::info!(threads, "Processing threads.");
     let mut engine = Engine::new(Arc::clone(topology), options, layout, codecs, txn, restorer);
     engine.queries = queries;
+    engine.globals = globals.clone();
     engine.source_watch = Some(Arc::clone(source_watch));
     engine.pool = pool;
     let consumer_config = settings::consumer_config(topology, options);
-    let primary = topology.sources[0].config.topic.clone();
+    let primary = topology
+        .group_sources()
+        .next()
+        .map(|s| s.config.topic.clone())
+        .ok_or_else(|| {
+            RuntimeError::Settings("the topology has no source the group reads".into())
+        })?;
     let context = EngineContext {
         epoch: Arc::clone(&engine.epoch),
         engine: Mutex::new(engine),
@@ -288,6 +311,16 @@ fn run_member(
     result
 }
 
+/// Where the instance keeps its state: a directory per task, one per
+/// global table.
+fn state_root(topology: &Topology, options: &RunOptions) -> PathBuf {
+    options
+        .state_dir
+        .as_ref()
+        .unwrap_or(&topology.processing.state_dir)
+        .join(&topology.name)
+}
+
 /// One task and its bookkeeping.
 struct AssignedTask {
     task: Task,
@@ -313,6 +346,8 @@ struct Engine {
     topology: Arc<Topology>,
     partitions: i32,
     state_root: PathBuf,
+    /// The instance's global tables, which every task reads.
+    globals: Globals,
     /// The block cache and write buffers every task database shares.
     rocks: RocksResources,
     /// The record cache's budget, shared by every task's stores.
@@ -372,6 +407,10 @@ impl Engine {
     ) -> Engine {
         let mut inputs = Vec::new();
         for (index, source) in topology.sources.iter().enumerate() {
+            // A global table is read outside the group (`global_tables`).
+            if source.global() {
+                continue;
+            }
             match inputs
                 .iter_mut()
                 .find(|i: &&mut Input| i.topic == source.config.topic)
@@ -400,7 +439,8 @@ impl Engine {
         // internal topics do: `latest` there would skip records this
         // application wrote before the reading task's first commit, whose
         // sources' offsets are committed.
-        let source_reset = match topology.sources[0].config.offset_reset {
+        let first = topology.group_sources().next();
+        let source_reset = match first.map(|s| s.config.offset_reset).unwrap_or_default() {
             OffsetReset::Earliest => Offset::Beginning,
             OffsetReset::Latest => Offset::End,
         };
@@ -417,14 +457,11 @@ impl Engine {
             &topology,
             resets,
         );
-        let state_dir = options
-            .state_dir
-            .clone()
-            .unwrap_or_else(|| topology.processing.state_dir.clone());
         let now = Instant::now();
         let (rocks, record_cache) = topology.state_resources();
         Engine {
-            state_root: state_dir.join(&topology.name),
+            state_root: state_root(&topology, options),
+            globals: Globals::default(),
             rocks,
             record_cache,
             partitions: layout.partitions,

@@ -7,7 +7,7 @@ use std::path::Path as FsPath;
 
 use crate::config::de::Path;
 use crate::config::yaml::Kind;
-use crate::topology::model::{Format, KeyFormat, SourceKind};
+use crate::topology::model::{Format, KeyFormat};
 use crate::topology::{Loader, Parsed};
 
 impl Loader {
@@ -145,7 +145,7 @@ impl Loader {
     fn check_tables(&mut self, parsed: &Parsed) {
         for (name, source) in &parsed.sources {
             if let Some(source) = source
-                && source.kind == SourceKind::Table
+                && source.kind.is_table()
                 && source.key_format == KeyFormat::None
             {
                 self.error_at(
