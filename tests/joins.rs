@@ -631,3 +631,180 @@ fn a_table_table_outer_join_emits_one_change_per_update_across_a_kill_and_a_wipe
     }
     assert!(read_to_end(&format!("{app}-dlq"), Duration::from_secs(30)).is_empty());
 }
+
+/// The instance read all `records` of its global table before the group
+/// gave it tasks (the orders' outputs cannot show it: joining the group
+/// takes longer than reading a small table).
+fn restored_before_assigned(log: &str, records: u64) {
+    let restored = log.lines().position(|l| {
+        l.contains("Global table restored.") && l.contains(&format!("read={records}"))
+    });
+    let assigned = log.lines().position(|l| l.contains("Tasks assigned."));
+    assert!(
+        restored.is_some() && assigned.is_some() && restored < assigned,
+        "the global table's {records} records were not read before tasks were assigned:\n{log}"
+    );
+}
+
+fn global_topology(dir: &Path, app: &str, orders: &str, customers: &str) -> PathBuf {
+    let path = dir.join("global.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: {app}
+kafka: {{ bootstrap_servers: 'unused:9092' }}
+processing: {{ commit_interval: 100ms }}
+sources:
+  orders: {{ topic: {orders} }}
+  customers: {{ topic: {customers}, kind: global_table }}
+nodes:
+  enrich:
+    type: join
+    input: [orders, customers]
+    table_key: /customer_id
+    how: left
+    fields:
+      order_id: /orders/order_id
+      customer: /customers/name
+      version: /customers/version
+sinks:
+  enriched: {{ topic: {app}-enriched, input: enrich, create: true }}
+dead_letter: {{ topic: {app}-dlq }}
+"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Customers on a topic of its own partition count, read whole by the
+/// instance (`kind: global_table`), joined by orders that name their
+/// customer in a field and keep their own key: no repartition, no
+/// co-partitioning. The table is restored from its topic before any order
+/// is processed — at the first start, and after a kill -9 with the state
+/// wiped — and follows updates while the instance runs.
+#[test]
+fn a_global_table_join_is_exact_across_a_kill_and_a_wiped_state() {
+    const TABLE_PARTITIONS: i32 = 3;
+    let _serial = serial();
+    let dir = temp_dir();
+    let app = unique("sf-global");
+    let orders_topic = unique("orders");
+    let customers_topic = unique("customers");
+    create_topic(&orders_topic, PARTITIONS);
+    create_topic_with(
+        &customers_topic,
+        TABLE_PARTITIONS,
+        &[("cleanup.policy", "compact")],
+    );
+    let config = AppConfig {
+        topology: global_topology(dir.path(), &app, &orders_topic, &customers_topic),
+        instance: "a".into(),
+        state_dir: dir.path().join("state"),
+        env: Vec::new(),
+        txn_header: false,
+        args: Vec::new(),
+    };
+    let producer = TestProducer::new();
+    let metric = "streamfold_global_table_records_total";
+
+    // Version 1 of every profile, one deleted, and a value that is not
+    // JSON, which the table cannot hold (skipped and counted): 42 records.
+    profiles(&producer, &customers_topic, 1);
+    producer.send_maybe(&customers_topic, Some(customer(DELETED).as_bytes()), None);
+    producer.send_maybe(&customers_topic, Some(b"c-bad"), Some(b"{not json"));
+    producer.flush();
+    let table_records = 42.0;
+
+    // Orders written before the first start: the table is restored before
+    // the first of them is processed, or some would join `null`.
+    let end = orders(&producer, &orders_topic, 0, 1_000);
+    let first = App::start(&config, dir.path());
+    wait_committed_to(&first, &app, &orders_topic, &end, Duration::from_secs(120));
+    assert_eq!(first.metric(metric), table_records);
+    assert_eq!(
+        first.metric("streamfold_global_table_skipped_records_total"),
+        1.0
+    );
+    let before = first.wait_metric(
+        "streamfold_node_records_out_total",
+        Duration::from_secs(60),
+        |n| n >= 991.0,
+    );
+    orders(&producer, &orders_topic, 1_000, 3_000);
+    first.wait_metric(
+        "streamfold_node_records_out_total",
+        Duration::from_secs(60),
+        |n| n > before + 500.0,
+    );
+    restored_before_assigned(&first.log_text(), 42);
+    first.kill();
+    std::fs::remove_dir_all(&config.state_dir).unwrap();
+
+    // The wiped table is read again from its topic before the rest of the
+    // batch is processed.
+    let second = App::start(&config, dir.path());
+    let end = producer.ends(&orders_topic, PARTITIONS);
+    // Tasks come once the table is read: only then do its updates begin.
+    second.wait_log_lines("Tasks assigned.", 1, Duration::from_secs(60));
+    wait_committed_to(&second, &app, &orders_topic, &end, Duration::from_secs(120));
+    // Version 2 of every profile (the deleted customer back), applied
+    // while the instance runs, then 1,000 more orders.
+    profiles(&producer, &customers_topic, 2);
+    second.wait_metric(metric, Duration::from_secs(60), |n| {
+        n >= table_records + CUSTOMERS as f64
+    });
+    let end = orders(&producer, &orders_topic, 3_000, 4_000);
+    wait_committed_to(&second, &app, &orders_topic, &end, Duration::from_secs(120));
+    let log = second.stop();
+    restored_before_assigned(&log, 42);
+
+    let mut expected: BTreeMap<u64, Value> = BTreeMap::new();
+    let mut without_customer = 0;
+    for i in 0..4_000u64 {
+        if i % 101 == 100 {
+            without_customer += 1;
+            continue;
+        }
+        let n = i % CUSTOMERS;
+        let version = if i >= 3_000 { 2 } else { 1 };
+        let row = if n == DELETED && version == 1 {
+            json!({"order_id": i, "customer": null, "version": null})
+        } else {
+            json!({"order_id": i, "customer": format!("customer {n}"), "version": version})
+        };
+        expected.insert(i, row);
+    }
+    let mut joined: BTreeMap<u64, Value> = BTreeMap::new();
+    for record in read_to_end(&format!("{app}-enriched"), Duration::from_secs(60)) {
+        let value = record.json();
+        let id = value["order_id"].as_u64().unwrap();
+        let key = format!("o-{id}");
+        assert_eq!(
+            record.key.as_deref(),
+            Some(key.as_str()),
+            "the order's own key"
+        );
+        let again = joined.insert(id, value);
+        assert!(again.is_none(), "order {id} joined twice");
+    }
+    assert_eq!(joined.len(), expected.len(), "orders joined");
+    for (id, row) in &expected {
+        assert_eq!(joined.get(id), Some(row), "order {id}");
+    }
+    let letters = read_to_end(&format!("{app}-dlq"), Duration::from_secs(60));
+    let mut positions: Vec<(String, String)> = letters
+        .iter()
+        .map(|l| {
+            assert_eq!(l.header("streamfold.dlq.reason_code"), Some("rejected"));
+            (
+                l.header("streamfold.dlq.partition").unwrap().to_string(),
+                l.header("streamfold.dlq.offset").unwrap().to_string(),
+            )
+        })
+        .collect();
+    positions.sort();
+    positions.dedup();
+    assert_eq!(letters.len(), without_customer);
+    assert_eq!(positions.len(), without_customer, "each letter once");
+}

@@ -6,6 +6,9 @@
 //! streamfold-loadgen produce --topic post-metric-updated --article --events 200000 --accounts 1000
 //! streamfold-loadgen produce --workload question-feed --topic question-feed-events --events 100000 --accounts 5000
 //! streamfold-loadgen produce --workload distributed-counter --topic counter-events --events 100000 --accounts 500
+//! streamfold-loadgen produce --workload page-views --topic page-views --events 200000 --accounts 1000
+//! streamfold-loadgen produce --workload orders-enriched --topic orders --customers-topic customers \
+//!   --events 200000 --accounts 10000
 //! streamfold-loadgen read --topic account-metrics-folded
 //! streamfold-loadgen read --topic account-metrics-folded --count 2 --timeout 1m
 //! streamfold-loadgen bare-consume --topic post-metric-updated --expect 1000000
@@ -81,6 +84,15 @@ enum Workload {
     /// so the rollup's `key_by: /counter` goes through its repartition
     /// topic (`distributed-counter.yaml`).
     DistributedCounter,
+    /// Page views keyed by view id, each with its page, its user and an
+    /// event time (`viewed_at`) that advances with the view's number, one
+    /// in a hundred two windows late (`page-views.yaml`; [`page_view`]).
+    PageViews,
+    /// A customers table (`--customers-topic`, compacted: a profile per
+    /// customer, some updated, some deleted by tombstones), then orders
+    /// keyed by order id, some for customers the table does not hold
+    /// (`orders-enriched.yaml`).
+    OrdersEnriched,
 }
 
 #[derive(Subcommand)]
@@ -111,9 +123,17 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         events: u64,
         /// Keys the generated events are spread over: accounts, questions
-        /// and answers, or counters.
+        /// and answers, counters, pages, or customers.
         #[arg(long, alias = "keys", default_value_t = 1000)]
         accounts: u64,
+        /// page-views: views per 5-minute window of event time (the views
+        /// of one window come in a burst, see [`page_view`]).
+        #[arg(long, default_value_t = 50_000)]
+        views_per_window: u64,
+        /// orders-enriched: the customers table's topic, produced (and
+        /// created compacted when missing) before the orders.
+        #[arg(long, default_value = "customers")]
+        customers_topic: String,
         /// Events per account in a row before moving to the next account
         /// (1 interleaves accounts).
         #[arg(long, default_value_t = 1)]
@@ -227,6 +247,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             article,
             events,
             accounts,
+            views_per_window,
+            customers_topic,
             run,
             key_by_post,
             seed,
@@ -242,9 +264,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 keys: accounts.max(1),
                 run: run.max(1),
                 key_by_post,
+                views_per_window: views_per_window.max(1),
                 first: u64::from(seed) << 32,
             };
-            produce(&base, &topic, partitions, &events, json)
+            let table = (workload == Workload::OrdersEnriched).then_some(customers_topic.as_str());
+            produce(&base, &topic, table, partitions, &events, json)
         }
         Command::Read {
             topic,
@@ -259,6 +283,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 /// Creates `topic` unless it exists: a user allowed to write a topic
 /// need not be allowed to create topics.
 fn ensure_topic(base: &ClientConfig, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    ensure_topic_with(base, topic, partitions, &[])
+}
+
+/// [`ensure_topic`] with topic configs for when it is created
+/// (`cleanup.policy=compact` for a table).
+fn ensure_topic_with(
+    base: &ClientConfig,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> anyhow::Result<()> {
     // Asking for the topic must not create it with the broker's defaults.
     let admin: AdminClient<DefaultClientContext> = base
         .clone()
@@ -277,12 +312,12 @@ fn ensure_topic(base: &ClientConfig, topic: &str, partitions: i32) -> anyhow::Re
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
+    for (name, value) in configs {
+        new_topic = new_topic.set(name, value);
+    }
     let results = runtime.block_on(admin.create_topics(
-        &[NewTopic::new(
-            topic,
-            partitions,
-            TopicReplication::Fixed(-1),
-        )],
+        &[new_topic],
         &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
     ))?;
     for result in results {
@@ -306,18 +341,33 @@ struct Generated {
     run: u64,
     /// Keyed by post rather than account (social-metrics).
     key_by_post: bool,
+    /// Views per window of event time (page-views).
+    views_per_window: u64,
     /// The number of the first generated event (the seed's stretch).
     first: u64,
+}
+
+/// Where a generated record goes: the workload's input topic, or the
+/// table it reads beside it (orders-enriched's customers).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Input,
+    Table,
 }
 
 fn produce(
     base: &ClientConfig,
     topic: &str,
+    table: Option<&str>,
     partitions: i32,
     generated: &Generated,
     json: bool,
 ) -> anyhow::Result<()> {
     ensure_topic(base, topic, partitions)?;
+    if let Some(table) = table {
+        // Both sides of a join need the same partition count.
+        ensure_topic_with(base, table, partitions, &[("cleanup.policy", "compact")])?;
+    }
     let producer: BaseProducer = with_defaults(
         base,
         &[
@@ -331,47 +381,79 @@ fn produce(
     .create()?;
     let started = Instant::now();
     let mut sent = 0u64;
-    let mut send = |key: &str, value: &serde_json::Value| -> anyhow::Result<()> {
-        let payload = serde_json::to_vec(value)?;
-        let mut record = BaseRecord::<str, [u8]>::to(topic)
-            .key(key)
-            .payload(&payload);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    producer.poll(Duration::from_millis(10));
+    let mut table_sent = 0u64;
+    let mut table_done = false;
+    let mut send =
+        |target: Target, key: &str, value: Option<&serde_json::Value>| -> anyhow::Result<()> {
+            let to = match (target, table) {
+                (Target::Table, Some(table)) => table,
+                (Target::Table, None) => bail!("this workload has no table topic"),
+                (Target::Input, _) => topic,
+            };
+            if target == Target::Input && table.is_some() && !table_done {
+                // The table goes first, every profile timestamped before the
+                // first order: Kafka Streams picks a task's next record by
+                // timestamp, so it loads the table before it joins.
+                producer
+                    .flush(Duration::from_secs(120))
+                    .context("flushing the table")?;
+                let flushed = std::time::SystemTime::now();
+                while flushed.elapsed().unwrap_or_default() < Duration::from_millis(2) {
+                    std::thread::sleep(Duration::from_millis(1));
                 }
-                Err((e, _)) => return Err(e.into()),
+                table_done = true;
             }
-        }
-        sent += 1;
-        if sent.is_multiple_of(10_000) {
-            producer.poll(Duration::ZERO);
-        }
-        Ok(())
-    };
+            let payload = value.map(serde_json::to_vec).transpose()?;
+            let mut record = BaseRecord::<str, [u8]>::to(to).key(key);
+            if let Some(payload) = &payload {
+                record = record.payload(payload);
+            }
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                        record = r;
+                        producer.poll(Duration::from_millis(10));
+                    }
+                    Err((e, _)) => return Err(e.into()),
+                }
+            }
+            match target {
+                Target::Input => sent += 1,
+                Target::Table => table_sent += 1,
+            }
+            if (sent + table_sent).is_multiple_of(10_000) {
+                producer.poll(Duration::ZERO);
+            }
+            Ok(())
+        };
     send_generated(generated, &mut send)?;
     producer
         .flush(Duration::from_secs(120))
         .context("flushing the producer")?;
     let seconds = started.elapsed().as_secs_f64();
+    if let Some(table) = table {
+        eprintln!("produced {table_sent} table records to {table}");
+    }
     eprintln!(
         "produced {sent} events to {topic} in {seconds:.1}s ({:.0}/s)",
         sent as f64 / seconds.max(1e-9)
     );
     if json {
-        println!("{}", json!({"records": sent, "seconds": seconds}));
+        println!(
+            "{}",
+            json!({"records": sent, "table_records": table_sent, "seconds": seconds})
+        );
     }
     Ok(())
 }
 
-/// Sends every event of `generated` with `send`, each as its key and its
-/// JSON value: the article's first if asked, then the workload's.
+/// Sends every event of `generated` with `send`, each as where it goes,
+/// its key and its JSON value (none: a tombstone): the article's first if
+/// asked, then the workload's.
 fn send_generated(
     generated: &Generated,
-    send: &mut impl FnMut(&str, &serde_json::Value) -> anyhow::Result<()>,
+    send_to: &mut impl FnMut(Target, &str, Option<&serde_json::Value>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let &Generated {
         workload,
@@ -380,8 +462,10 @@ fn send_generated(
         keys: accounts,
         run,
         key_by_post,
+        views_per_window,
         first,
     } = generated;
+    let mut send = |key: &str, value: &serde_json::Value| send_to(Target::Input, key, Some(value));
     if article {
         for value in example::events() {
             let account = value["account_id"].as_str().unwrap_or_default().to_string();
@@ -436,8 +520,116 @@ fn send_generated(
                 send(&token, &value)?;
             }
         }
+        Workload::PageViews => {
+            for i in first..first + events {
+                let (key, value) = page_view(i, i - first, accounts, views_per_window);
+                send(&key, &value)?;
+            }
+        }
+        Workload::OrdersEnriched => {
+            for (key, value) in customers(accounts) {
+                send_to(Target::Table, &key, value.as_ref())?;
+            }
+            for i in first..first + events {
+                let (key, value) = order(i, accounts);
+                send_to(Target::Input, &key, Some(&value))?;
+            }
+        }
     }
     Ok(())
+}
+
+/// page-views' first window: 2026-01-01T00:00:00Z.
+const PAGE_VIEWS_EPOCH_MS: u64 = 1_767_225_600_000;
+/// The topology's window (`PAGE_VIEWS_WINDOW`, 5m).
+const PAGE_VIEW_WINDOW_MS: u64 = 300_000;
+/// How much event time a window's burst of views spans: past the previous
+/// window's close (its end plus the 1-minute grace), so that window closes
+/// during the burst.
+const PAGE_VIEW_BURST_MS: u64 = 70_000;
+/// How far behind its place a late view's time is: two windows, so its
+/// window closed long before (a late view comes at least
+/// [`LATE_VIEWS_FROM`] views into a burst, after views that moved the
+/// stream time into the burst's window on every path).
+const PAGE_VIEW_LATE_BY_MS: u64 = 2 * PAGE_VIEW_WINDOW_MS;
+const LATE_VIEWS_FROM: u64 = 1_000;
+
+/// Page view `i`, the `k`-th of the run, over `pages` pages and ten times
+/// as many users: keyed by its view id, `viewed_at` a function of `k`.
+///
+/// Views come in bursts of `per_window`, one burst a 5-minute window: the
+/// `j`-th view of burst `b` happened at `b × 5m + j × 70s / per_window`
+/// after [`PAGE_VIEWS_EPOCH_MS`], so window `b - 1` closes (stream time at
+/// its end plus the grace) six sevenths into burst `b`, and the last
+/// burst's windows stay open. A system replaying the topic reads it far
+/// faster than real time, and records re-keyed through a repartition topic
+/// arrive behind those read directly; an on-time view is late only when it
+/// lags six sevenths of a burst (`per_window × 6/7` views) behind the
+/// records that set its task's stream time. One view in a hundred (from
+/// the [`LATE_VIEWS_FROM`]-th of a burst on) is [`PAGE_VIEW_LATE_BY_MS`]
+/// behind: late everywhere, dead-lettered.
+fn page_view(i: u64, k: u64, pages: u64, per_window: u64) -> (String, serde_json::Value) {
+    let r = mix(i);
+    let (burst, j) = (k / per_window, k % per_window);
+    let on_time =
+        PAGE_VIEWS_EPOCH_MS + burst * PAGE_VIEW_WINDOW_MS + j * PAGE_VIEW_BURST_MS / per_window;
+    let late = j >= LATE_VIEWS_FROM && (r >> 48).is_multiple_of(100);
+    let at = if late {
+        on_time - PAGE_VIEW_LATE_BY_MS
+    } else {
+        on_time
+    };
+    let viewed_at = std::time::UNIX_EPOCH + Duration::from_millis(at);
+    let value = json!({
+        "page": format!("/page/{}", r % pages),
+        "user": format!("user_{}", (r >> 20) % (pages * 10)),
+        "viewed_at": humantime::format_rfc3339_millis(viewed_at).to_string(),
+    });
+    (format!("view_{i}"), value)
+}
+
+/// Customer tiers, in the order an update moves a customer up.
+const TIERS: [&str; 3] = ["bronze", "silver", "gold"];
+
+/// orders-enriched's customers table over `customers` customers, keyed
+/// by customer id: every profile, then an update for one customer in ten
+/// (one tier up), then a tombstone for one in twenty. None is a
+/// tombstone.
+fn customers(customers: u64) -> Vec<(String, Option<serde_json::Value>)> {
+    let id = |c: u64| format!("customer_{c}");
+    let profile = |c: u64, up: u64| {
+        let tier = (mix(c ^ 0x00C0_FFEE) % 3 + up).min(2);
+        json!({"name": format!("Customer {c}"), "tier": TIERS[tier as usize]})
+    };
+    let mut out: Vec<(String, Option<serde_json::Value>)> = (0..customers)
+        .map(|c| (id(c), Some(profile(c, 0))))
+        .collect();
+    out.extend(
+        (0..customers)
+            .filter(|c| c % 10 == 3)
+            .map(|c| (id(c), Some(profile(c, 1)))),
+    );
+    out.extend(
+        (0..customers)
+            .filter(|c| c % 20 == 7)
+            .map(|c| (id(c), None)),
+    );
+    out
+}
+
+/// Order `i`, keyed by its id, for one of `customers` customers or (one
+/// in eleven) a customer the table does not hold.
+fn order(i: u64, customers: u64) -> (String, serde_json::Value) {
+    let r = mix(i);
+    let customer = r % (customers + customers.div_ceil(10));
+    let id = format!("order_{i}");
+    let value = json!({
+        "order_id": id,
+        "customer_id": format!("customer_{customer}"),
+        "amount": 1 + (r >> 16) % 500,
+        "items": 1 + (r >> 40) % 5,
+    });
+    (id, value)
 }
 
 /// SplitMix64: the generators' choices, a function of the event number so

@@ -22,11 +22,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::Message;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Message};
 use serde_json::Value;
 
 use super::RuntimeError;
@@ -117,9 +117,27 @@ pub(crate) fn start(
     Ok(Some(tables))
 }
 
+/// The reader's client: reaching a partition's end is how a restore
+/// finishes, not an error to log.
+struct Quiet;
+
+impl ClientContext for Quiet {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let end_of_partition = matches!(
+            error,
+            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)
+        );
+        if !end_of_partition {
+            tracing::warn!(%error, reason, "Global table consumer error.");
+        }
+    }
+}
+
+impl ConsumerContext for Quiet {}
+
 /// One global table's consumer and store.
 struct Reader {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<Quiet>,
     decoder: Decoder,
     name: String,
     topic: String,
@@ -140,7 +158,7 @@ impl Reader {
         config.set("enable.partition.eof", "true");
         let def = &topology.sources[source];
         Ok(Reader {
-            consumer: config.create()?,
+            consumer: config.create_with_context(Quiet)?,
             decoder: Decoder {
                 codecs: Codecs::new(topology)?,
                 source,
@@ -264,6 +282,13 @@ impl Reader {
                 value: value.as_ref(),
             });
             self.store.apply(changes, &self.next)?;
+            // Counted once applied: what the count says is in the table.
+            metrics::counter!(
+                telemetry::GLOBAL_TABLE_RECORDS,
+                "topology" => self.decoder.topology.clone(),
+                "table" => self.name.clone()
+            )
+            .increment(read as u64);
         }
         Ok((read, ends))
     }

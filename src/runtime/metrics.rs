@@ -164,6 +164,12 @@ pub fn register_topology(topology: &Topology) {
         }
     }
     for source in topology.sources.iter().filter(|s| s.global()) {
+        ::metrics::counter!(
+            telemetry::GLOBAL_TABLE_RECORDS,
+            "topology" => app.to_string(),
+            "table" => source.name.clone()
+        )
+        .increment(0);
         for reason in [
             DeadLetterReason::UndecodableValue,
             DeadLetterReason::UndecodableKey,

@@ -533,6 +533,10 @@ pub(crate) const STATE_CACHE_HITS: &str = "streamfold_state_block_cache_hits_tot
 pub(crate) const STATE_CACHE_MISSES: &str = "streamfold_state_block_cache_misses_total";
 /// Source topics `run` is waiting for at startup (0 once they all exist).
 pub(crate) const MISSING_SOURCE_TOPICS: &str = "streamfold_runtime_missing_source_topics";
+/// Records of a global table's topic read by this instance, by `table`
+/// (those it skipped included): at startup up to the topic's end, then as
+/// they come.
+pub(crate) const GLOBAL_TABLE_RECORDS: &str = "streamfold_global_table_records_total";
 /// Records of a global table's topic it could not hold (no key, a key or
 /// value its codec refuses), by `table` and `reason` (a dead-letter
 /// reason code): skipped and logged, not dead-lettered, as every instance

@@ -341,3 +341,55 @@ fn tables_and_joins_are_checked_where_they_are_written() {
     let text = JOINED.replace("    input: enrich\n", "    input: [enrich, customers]\n");
     assert!(load(&text).is_ok());
 }
+
+/// `JOINED` with the customers read as a global table, by a field.
+fn global_joined() -> String {
+    JOINED
+        .replace("    kind: table\n", "    kind: global_table\n")
+        .replace(
+            "    key_by: /customer_id\n",
+            "    table_key: /customer_id\n",
+        )
+}
+
+#[test]
+fn a_global_table_is_left_out_of_the_group_and_read_by_joins_only() {
+    let topology = load(&global_joined()).unwrap();
+    let groups: Vec<&str> = topology.group_sources().map(|s| s.name.as_str()).collect();
+    assert_eq!(groups, ["orders"]);
+    // No store: the instance holds the table; no repartition topic.
+    assert!(topology.stores().next().is_none());
+    assert!(topology.nodes[0].repartition_topic.is_none());
+    // Copied to a sink: refused, a sink reads it as `kind: table`.
+    let text = global_joined().replace("    input: enrich\n", "    input: [enrich, customers]\n");
+    assert_eq!(
+        load(&text).unwrap_err(),
+        vec![
+            "t.yaml:18:12: sinks.enriched.input: `customers` is a global table: every instance reads it whole, for joins; a sink reads it as `kind: table`"
+        ]
+    );
+    // `key_by` does not apply: the row's key comes from `table_key`.
+    let text = global_joined().replace(
+        "    table_key: /customer_id\n",
+        "    table_key: /customer_id\n    key_by: /customer_id\n",
+    );
+    let errors = load(&text).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("nodes.enrich.key_by"), "{errors:?}");
+    // Only global tables: nothing for the group to process.
+    let text = "\
+name: app
+kafka: { bootstrap_servers: localhost:9092 }
+sources:
+  customers: { topic: customers, kind: global_table }
+sinks:
+  out: { topic: o, input: customers }
+";
+    let errors = load(text).unwrap_err();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("every source is a global table")),
+        "{errors:?}"
+    );
+}

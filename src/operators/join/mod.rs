@@ -298,7 +298,7 @@ impl JoinConfig {
                 format!("a join needs two different inputs; `{left}` is both"),
             ));
         }
-        if self.table_key.is_some() && sides != Sides::StreamGlobal {
+        if self.table_key.is_some() && !matches!(sides, Sides::StreamGlobal | Sides::OtherGlobal) {
             issues.push(Issue::new(
                 &["table_key"],
                 format!(

@@ -471,3 +471,84 @@ fn each_kind_of_join_declares_the_stores_it_keeps() {
     assert_eq!(windowed.stores(&inputs(STREAMS)), ["left", "right"]);
     assert!(windowed.uses_timers());
 }
+
+/// Issues of a join whose right input is a global table (`global`), or
+/// whose left is.
+fn global_issues(options: Value, global_on_left: bool) -> Vec<String> {
+    let config = config(options);
+    let stream = NodeInput {
+        name: "orders".into(),
+        table: false,
+        global: false,
+    };
+    let global = NodeInput {
+        name: "customers".into(),
+        table: true,
+        global: true,
+    };
+    let inputs = if global_on_left {
+        vec![global, stream]
+    } else {
+        vec![stream, global]
+    };
+    let info = NodeInfo {
+        name: "n",
+        key_by: None,
+        max_record_bytes: 1_000_000,
+        inputs: &inputs,
+    };
+    let mut issues = Vec::new();
+    config.validate(&info, &mut issues);
+    issues
+        .into_iter()
+        .map(|i| format!("{}: {}", i.path.join("."), i.message))
+        .collect()
+}
+
+#[test]
+fn check_explains_every_misuse_of_a_global_table_join() {
+    assert!(global_issues(json!({"table_key": "/customer_id"}), false).is_empty());
+    assert!(
+        global_issues(
+            json!({"table_key": ".customer.id | tostring", "how": "left"}),
+            false
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        global_issues(json!({}), false),
+        [
+            ": a join with a global table needs `table_key`: where the stream record names its row (`/customer_id`, or a jq expression)"
+        ]
+    );
+    assert_eq!(
+        global_issues(json!({"table_key": ".customer |"}), false).len(),
+        1,
+        "the expression does not compile"
+    );
+    assert_eq!(
+        global_issues(
+            json!({"table_key": "/c", "how": "outer", "window": "1m"}),
+            false
+        ),
+        [
+            "how: a stream joins a global table `inner` or `left`: a table update alone emits nothing (as in Kafka Streams)",
+            "window: `window` applies to a join of two streams; with a table, records join its current value",
+        ]
+    );
+    assert_eq!(
+        global_issues(json!({"table_key": "/c"}), true),
+        [
+            "input: a global table is joined by a stream, on the right: `input: [<stream>, <global table>]`; `customers` and `orders` are not that"
+        ]
+    );
+    assert_eq!(
+        issues(json!({"table_key": "/c"}), STREAM_TABLE),
+        [
+            "table_key: `table_key` applies to a join of a stream with a global table (`kind: global_table`); `customers` is not one"
+        ]
+    );
+    // Keyed input is not needed: the key comes from the record.
+    assert!(!config(json!({"table_key": "/c"})).keyed());
+    assert!(config(json!({})).keyed());
+}
