@@ -1146,12 +1146,21 @@ fn customer_history(
 /// Every order committed once, as it was written, with its customer as one
 /// of the rows the customer had while the orders flowed; the orders of
 /// `exact` (fed after every change) with the customer's last row.
+/// What a joined order is keyed by: its customer (re-keyed for a
+/// co-partitioned table), or its own id (a global table's join keeps it).
+#[derive(Clone, Copy, Debug)]
+enum OrdersKeyed {
+    ByCustomer,
+    ByOrder,
+}
+
 fn judge_orders(
     enriched: &[Consumed],
     input: &[Event],
     history: &BTreeMap<String, (BTreeSet<String>, Value)>,
     orders: &str,
     exact: &BTreeSet<String>,
+    keyed: OrdersKeyed,
 ) {
     let mut got: BTreeMap<String, Vec<&Consumed>> = BTreeMap::new();
     for record in enriched {
@@ -1182,10 +1191,14 @@ fn judge_orders(
             place(records[0])
         );
         let key = order["customer_id"].as_str().unwrap();
+        let output_key = match keyed {
+            OrdersKeyed::ByCustomer => key,
+            OrdersKeyed::ByOrder => id.as_str(),
+        };
         assert_eq!(
             records[0].key.as_deref(),
-            Some(key),
-            "{id}: keyed by its customer"
+            Some(output_key),
+            "{id}: keyed {keyed:?}"
         );
         let (seen, last) = &history[key];
         if exact.contains(id) {
@@ -1212,14 +1225,40 @@ fn judge_orders(
 
 #[test]
 fn orders_enriched_under_chaos() {
+    orders_under_chaos(
+        "orders_enriched_under_chaos",
+        "orders-enriched.yaml",
+        6,
+        OrdersKeyed::ByCustomer,
+    );
+}
+
+/// The same orders and customers, the customers read as a global table:
+/// every instance reads them whole before it processes, and again from
+/// the topic after its state is wiped; orders keep their key.
+#[test]
+fn orders_enriched_by_a_global_table_under_chaos() {
+    orders_under_chaos(
+        "orders_enriched_by_a_global_table_under_chaos",
+        "orders-enriched-global.yaml",
+        7,
+        OrdersKeyed::ByOrder,
+    );
+}
+
+fn orders_under_chaos(test: &'static str, topology: &'static str, seed: u64, keyed: OrdersKeyed) {
     let _serial = serial();
-    let (settings, mut rng, mut scenario) =
-        scenario_of("orders_enriched_under_chaos", "orders-enriched.yaml", 6);
+    let (settings, mut rng, mut scenario) = scenario_of(test, topology, seed);
     let orders = scenario.source("ORDERS_TOPIC", "chaos-orders");
-    let customers = scenario.table_source("CUSTOMERS_TOPIC", "chaos-customers");
+    let customers = match keyed {
+        OrdersKeyed::ByCustomer => {
+            scenario.repartition("enrich");
+            scenario.table_source("CUSTOMERS_TOPIC", "chaos-customers")
+        }
+        OrdersKeyed::ByOrder => scenario.global_table_source("CUSTOMERS_TOPIC", "chaos-customers"),
+    };
     let enriched = scenario.topic("ENRICHED_ORDERS_TOPIC", "chaos-orders-enriched");
     let dlq = scenario.topic("DEAD_LETTER_TOPIC", "chaos-orders-enriched-dlq");
-    scenario.repartition("enrich");
     let mut versions = BTreeMap::new();
     let preload: Vec<Event> = (0..KNOWN_CUSTOMERS)
         .map(|c| {
@@ -1271,6 +1310,7 @@ fn orders_enriched_under_chaos() {
             &history,
             &orders,
             &exact,
+            keyed,
         );
         let unknown = history.values().filter(|(_, last)| last.is_null()).count();
         eprintln!("  {unknown} of {CUSTOMERS} customers end without a row");

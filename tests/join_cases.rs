@@ -54,6 +54,11 @@ fn streamfold_test_passes_every_join_case() {
             "tests/cases/orders-enriched",
             2,
         ),
+        (
+            "topologies/orders-enriched-global.yaml",
+            "tests/cases/orders-enriched-global",
+            1,
+        ),
         ("tests/cases/joins/topology.yaml", "tests/cases/joins", 5),
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_streamfold"))

@@ -1053,6 +1053,8 @@ pub struct Scenario {
     sources: Vec<String>,
     /// Those of them read as tables (compacted, placed by murmur2).
     tables: Vec<String>,
+    /// Those of the tables read as global tables, outside the group.
+    globals: Vec<String>,
     /// Records fed, and committed by the group, before the chaos starts
     /// (a table's first rows, so that the stream records that follow find
     /// them).
@@ -1081,6 +1083,7 @@ impl Scenario {
             kafka,
             sources: Vec::new(),
             tables: Vec::new(),
+            globals: Vec::new(),
             preload: Vec::new(),
             repartitions: Vec::new(),
             outputs: Vec::new(),
@@ -1135,6 +1138,14 @@ impl Scenario {
         topic
     }
 
+    /// A source read as a global table: a table every instance reads
+    /// whole, outside the group, so no group offsets are waited for.
+    pub fn global_table_source(&mut self, var: &str, prefix: &str) -> String {
+        let topic = self.table_source(var, prefix);
+        self.globals.push(topic.clone());
+        topic
+    }
+
     pub fn repartition(&mut self, node: &str) {
         self.repartitions
             .push(format!("{}-{node}-repartition", self.app));
@@ -1181,7 +1192,7 @@ impl Scenario {
     /// Waits until everything fed so far (`input`) is processed and
     /// committed.
     pub fn settle(&self, instances: &Instances, feed: &Feed, input: &[Event]) {
-        for source in &self.sources {
+        for source in self.sources.iter().filter(|s| !self.globals.contains(s)) {
             instances.wait_committed(&self.kafka, &self.app, source, &feed.ends(source));
         }
         for topic in &self.repartitions {
@@ -1256,17 +1267,23 @@ impl Scenario {
         tail: Vec<Event>,
         judge: impl Fn(&Scenario, &[Event]),
     ) {
-        let mut instances = self.start();
-        if !self.preload.is_empty() {
-            let preload = std::mem::take(&mut self.preload);
-            let (feed, _) = feed_during(
+        // Written before the instances start, so a global table holds it
+        // before they process anything (they are not in the group's
+        // offsets to wait for).
+        let preload = std::mem::take(&mut self.preload);
+        let preloaded = (!preload.is_empty()).then(|| {
+            feed_during(
                 &self.kafka.client(),
                 &self.tables,
                 preload.clone(),
                 Duration::from_secs(1),
             )
             .join()
-            .unwrap();
+            .unwrap()
+            .0
+        });
+        let mut instances = self.start();
+        if let Some(feed) = preloaded {
             self.settle(&instances, &feed, &preload);
             eprintln!("{}: {} records preloaded", self.test, preload.len());
         }
