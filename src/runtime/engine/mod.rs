@@ -132,20 +132,24 @@ pub fn run(
         }
         return Ok(());
     };
-    let result = run_members(
-        &topology,
-        &options,
-        &layout,
-        &shutdown,
-        query_state,
-        &source_watch,
-        &globals.tables,
-    );
+    let shared = Shared {
+        queries: query_state,
+        source_watch,
+        globals: globals.tables.clone(),
+    };
+    let result = run_members(&topology, &options, &layout, &shutdown, &shared);
     drop(globals);
     if let Some(queries) = queries {
         queries.stop();
     }
     result
+}
+
+/// What every membership of the instance shares.
+struct Shared {
+    queries: Option<Arc<query::QueryState>>,
+    source_watch: Arc<SourceWatch>,
+    globals: Globals,
 }
 
 /// Group memberships until shutdown or a fatal error.
@@ -154,25 +158,14 @@ fn run_members(
     options: &RunOptions,
     layout: &Layout,
     shutdown: &AtomicBool,
-    queries: Option<Arc<query::QueryState>>,
-    source_watch: &Arc<SourceWatch>,
-    globals: &Globals,
+    shared: &Shared,
 ) -> Result<(), RuntimeError> {
     let mut failures: std::collections::VecDeque<Instant> = std::collections::VecDeque::new();
     // Kept across memberships: a group back from a broker's restart may
     // name a member id of an earlier one.
     let member_ids = MemberIds::default();
     loop {
-        match run_member(
-            topology,
-            options,
-            layout,
-            shutdown,
-            queries.clone(),
-            source_watch,
-            &member_ids,
-            globals,
-        ) {
+        match run_member(topology, options, layout, shutdown, shared, &member_ids) {
             Err(RuntimeError::Commit(CommitError::Fatal(reason)))
                 if !shutdown.load(Ordering::Relaxed) =>
             {
@@ -219,10 +212,8 @@ fn run_member(
     options: &RunOptions,
     layout: &Layout,
     shutdown: &AtomicBool,
-    queries: Option<Arc<query::QueryState>>,
-    source_watch: &Arc<SourceWatch>,
+    shared: &Shared,
     member_ids: &MemberIds,
-    globals: &Globals,
 ) -> Result<(), RuntimeError> {
     let exactly_once = topology.processing.guarantee == Guarantee::ExactlyOnce;
     let producer_config = settings::producer_config(topology, options);
@@ -258,9 +249,9 @@ fn run_member(
     let pool = super::threads::pool(threads, &topology.name)?;
     tracing::info!(threads, "Processing threads.");
     let mut engine = Engine::new(Arc::clone(topology), options, layout, codecs, txn, restorer);
-    engine.queries = queries;
-    engine.globals = globals.clone();
-    engine.source_watch = Some(Arc::clone(source_watch));
+    engine.queries = shared.queries.clone();
+    engine.globals = shared.globals.clone();
+    engine.source_watch = Some(Arc::clone(&shared.source_watch));
     engine.pool = pool;
     let consumer_config = settings::consumer_config(topology, options);
     let primary = topology
