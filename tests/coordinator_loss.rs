@@ -80,12 +80,17 @@ struct Scene {
     coordinator: i32,
     metadata: Arc<ConsumerGroupMetadata>,
     timeout: Duration,
+    /// Three-node clusters one at a time: two of them side by side on a
+    /// two-core machine (beside the other test lane) starve a node's
+    /// heartbeats until its controller fences it.
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Scene {
     /// The scene on a cluster started with `configs` besides the test
     /// defaults, each call to the producer waiting `timeout` at most.
     fn start(configs: &[&str], timeout: Duration) -> Scene {
+        let serial = serial();
         let kafka = Broker::start(BrokerOptions {
             nodes: 3,
             configs: configs.iter().map(|c| c.to_string()).collect(),
@@ -153,6 +158,7 @@ impl Scene {
             producer,
             metadata,
             timeout,
+            _serial: serial,
         };
         let offsets = scene.transaction(1);
         scene

@@ -327,6 +327,24 @@ impl Codecs {
         })
     }
 
+    /// A table's change read from a record of table source `source`: its
+    /// key and its new value (`None` for a tombstone). The global tables'
+    /// readers and the offline driver both read table records through this.
+    pub(crate) fn decode_table_change(
+        &self,
+        source: usize,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+    ) -> Result<(Box<[u8]>, Option<Value>), CodecError> {
+        let record = self.decode_record(source, key, payload, Timestamp::default(), Vec::new())?;
+        let Some(key) = record.key else {
+            return Err(CodecError::record(
+                "a table record needs a key: the table holds one value per key",
+            ));
+        };
+        Ok((key, Some(record.value).filter(|v| !v.is_null())))
+    }
+
     /// The key and payload sink `sink` writes for `record`: a null value is
     /// a tombstone (no payload), so a compacted topic forgets the key.
     /// Shared by the runtime and the offline driver, like

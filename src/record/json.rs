@@ -337,6 +337,15 @@ pub fn encode(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
+/// The bytes of a key read from a value: strings as their text, anything
+/// else as compact JSON.
+pub(crate) fn key_bytes(value: &Value) -> Box<[u8]> {
+    match value {
+        Value::String(s) => s.as_bytes().into(),
+        other => encode(other).into_boxed_slice(),
+    }
+}
+
 /// "a string", "an object", ... for messages.
 pub(crate) fn type_name(value: &Value) -> &'static str {
     match value {

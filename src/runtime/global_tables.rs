@@ -62,23 +62,6 @@ impl Drop for GlobalTables {
     }
 }
 
-/// A table's change read from a record of its topic: its key and its new
-/// value (`None` for a tombstone).
-pub(crate) fn change_of(
-    codecs: &Codecs,
-    source: usize,
-    key: Option<&[u8]>,
-    payload: Option<&[u8]>,
-) -> Result<(Box<[u8]>, Option<Value>), CodecError> {
-    let record = codecs.decode_record(source, key, payload, Timestamp::default(), Vec::new())?;
-    let Some(key) = record.key else {
-        return Err(CodecError::record(
-            "a table record needs a key: the table holds one value per key",
-        ));
-    };
-    Ok((key, Some(record.value).filter(|v| !v.is_null())))
-}
-
 /// Opens every global table of `topology` under `state_root`, reads each
 /// to its end, and starts the threads that keep reading. Returns `None`
 /// when `shutdown` is set first.
@@ -306,7 +289,7 @@ impl Decoder {
     /// `message`'s change, or `None` (counted) when the table cannot hold
     /// it.
     fn change(&self, message: &BorrowedMessage<'_>) -> Option<(Box<[u8]>, Option<Value>)> {
-        match change_of(&self.codecs, self.source, message.key(), message.payload()) {
+        match self.codecs.decode_table_change(self.source, message.key(), message.payload()) {
             Ok(change) => Some(change),
             Err(error) => {
                 metrics::counter!(

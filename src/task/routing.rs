@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use super::partitioner::partition_for;
+use crate::record::json::key_bytes;
 
 /// How `key_by` nodes get their records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,14 +56,6 @@ pub(crate) fn rekey(key: Option<&[u8]>, field: Option<&Value>) -> Rekeyed {
     }
 }
 
-/// The bytes of a key read from a value: strings as their text, anything
-/// else as compact JSON.
-pub(crate) fn key_bytes(value: &Value) -> Box<[u8]> {
-    match value {
-        Value::String(s) => s.as_bytes().into(),
-        other => crate::record::json::encode(other).into_boxed_slice(),
-    }
-}
 
 #[cfg(test)]
 mod tests {

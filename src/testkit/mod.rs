@@ -452,8 +452,7 @@ impl Driver {
         for source in sources.iter().copied() {
             let wire = self.wire(source, &fixture)?;
             if let Some(table) = self.globals.get(&source) {
-                let change = crate::runtime::global_tables::change_of(
-                    &self.codecs,
+                let change = self.codecs.decode_table_change(
                     source,
                     wire.key.as_deref(),
                     wire.payload.as_deref(),

@@ -184,9 +184,7 @@ impl Broker {
         for node in &broker.nodes {
             node.spawn();
         }
-        for node in &broker.nodes {
-            node.wait_up(broker.nodes.len());
-        }
+        broker.wait_all_up();
         broker
     }
 
@@ -208,8 +206,18 @@ impl Broker {
         for node in &self.nodes {
             node.spawn();
         }
+        self.wait_all_up();
+    }
+
+    /// Waits until every node answers a metadata request that lists them
+    /// all; fails with every node's log (a node that never lists the
+    /// others is often waiting on one of them).
+    fn wait_all_up(&self) {
         for node in &self.nodes {
-            node.wait_up(self.nodes.len());
+            if let Err(why) = node.wait_up(self.nodes.len()) {
+                let logs: Vec<String> = self.nodes.iter().map(|n| n.log_tail(40)).collect();
+                panic!("{why}; the nodes' logs:\n{}", logs.join("\n"));
+            }
         }
     }
 
@@ -294,8 +302,8 @@ impl Node {
     }
 
     /// Waits until the node answers a metadata request that lists all
-    /// `nodes` brokers; fails with its log when it exits or times out.
-    fn wait_up(&self, nodes: usize) {
+    /// `nodes` brokers; fails saying why when it exits or times out.
+    fn wait_up(&self, nodes: usize) -> Result<(), String> {
         let timeout = Duration::from_secs(
             std::env::var("STREAMFOLD_KAFKA_START_TIMEOUT")
                 .ok()
@@ -314,7 +322,7 @@ impl Node {
                     .fetch_metadata(None, Duration::from_secs(2))
                     .is_ok_and(|m| m.brokers().len() >= nodes)
                 {
-                    return;
+                    return Ok(());
                 }
             }
             let exited = self
@@ -324,18 +332,13 @@ impl Node {
                 .as_mut()
                 .is_none_or(|w| w.try_wait().unwrap().is_some());
             if exited {
-                panic!(
-                    "Kafka node {} exited while starting; its output and log:\n{}",
-                    self.id,
-                    self.log_tail(60)
-                );
+                return Err(format!("Kafka node {} exited while starting", self.id));
             }
             if Instant::now() > deadline {
-                panic!(
-                    "Kafka node {} did not answer on {address} within {timeout:?}; its log:\n{}",
-                    self.id,
-                    self.log_tail(60)
-                );
+                return Err(format!(
+                    "Kafka node {} did not list all {nodes} brokers on {address} within {timeout:?}",
+                    self.id
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -364,7 +367,9 @@ impl Node {
     /// answers.
     pub fn start_again(&self, nodes: usize) {
         self.spawn();
-        self.wait_up(nodes);
+        if let Err(why) = self.wait_up(nodes) {
+            panic!("{why}; its log:\n{}", self.log_tail(60));
+        }
     }
 
     /// SIGSTOP: the node keeps its sockets and answers nothing.

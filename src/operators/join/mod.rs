@@ -306,14 +306,6 @@ impl JoinConfig {
                 ),
             ));
         }
-        let streams_only = |option: &str| {
-            Issue::new(
-                &[option],
-                format!(
-                    "`{option}` applies to a join of two streams; with a table, records join its current value"
-                ),
-            )
-        };
         match sides {
             Sides::TableStream => issues.push(Issue::new(
                 &["input"],
@@ -335,15 +327,7 @@ impl JoinConfig {
                         "a stream joins a global table `inner` or `left`: a table update alone emits nothing (as in Kafka Streams)",
                     ));
                 }
-                for (option, set) in [
-                    ("window", self.window.is_some()),
-                    ("grace", self.grace.is_some()),
-                    ("on_late", self.on_late.is_some()),
-                ] {
-                    if set {
-                        issues.push(streams_only(option));
-                    }
-                }
+                self.check_no_window(issues);
             }
             Sides::TableTable if node.key_by.is_some() => issues.push(Issue::new(
                 &["key_by"],
@@ -356,15 +340,7 @@ impl JoinConfig {
                         "a stream joins a table `inner` or `left`: a table update alone emits nothing, so there is no outer side (as in Kafka Streams)",
                     ));
                 }
-                if self.window.is_some() {
-                    issues.push(streams_only("window"));
-                }
-                if self.grace.is_some() {
-                    issues.push(streams_only("grace"));
-                }
-                if self.on_late.is_some() {
-                    issues.push(streams_only("on_late"));
-                }
+                self.check_no_window(issues);
             }
             Sides::StreamStream => match self.window {
                 None => issues.push(Issue::new(
@@ -388,6 +364,25 @@ impl JoinConfig {
                 issues.push(Issue::new(
                     &["grace"],
                     "`window` twice and `grace` add up to more than 100 years",
+                ));
+            }
+        }
+    }
+
+    /// A join with a table has no join window: `window`, `grace` and
+    /// `on_late` are options of a join of two streams.
+    fn check_no_window(&self, issues: &mut Vec<Issue>) {
+        for (option, set) in [
+            ("window", self.window.is_some()),
+            ("grace", self.grace.is_some()),
+            ("on_late", self.on_late.is_some()),
+        ] {
+            if set {
+                issues.push(Issue::new(
+                    &[option],
+                    format!(
+                        "`{option}` applies to a join of two streams; with a table, records join its current value"
+                    ),
                 ));
             }
         }

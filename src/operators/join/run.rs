@@ -180,7 +180,7 @@ impl TableKey {
         };
         Ok(value
             .filter(|v| !v.is_null())
-            .map(|v| crate::task::routing::key_bytes(&v)))
+            .map(|v| crate::record::json::key_bytes(&v)))
     }
 }
 

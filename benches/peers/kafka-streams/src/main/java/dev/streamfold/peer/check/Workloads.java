@@ -9,7 +9,7 @@ import java.util.Map;
 
 /**
  * The events `streamfold-loadgen produce` generates
- * (src/bin/streamfold-loadgen.rs), computed the same way, so the peer can
+ * (src/bin/streamfold-loadgen/workloads.rs), computed the same way, so the peer can
  * be checked without building streamfold.
  */
 final class Workloads {
