@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the Kafka Streams peer (benches/peers/kafka-streams) in the
-# foreground: `fold` (topologies/social-metrics.yaml) or `question-feed`
-# (topologies/question-feed.yaml), exactly_once_v2, against the given
-# brokers. Builds it first with Maven when the jar is missing or older than
+# foreground: `fold` (topologies/social-metrics.yaml), `question-feed`
+# (topologies/question-feed.yaml), `page-views` (topologies/page-views.yaml)
+# or `orders-enriched` (topologies/orders-enriched.yaml), exactly_once_v2,
+# against the given brokers. Builds it first with Maven when the jar is missing or older than
 # its sources (Maven Central is reached the first time; nothing is
 # installed outside the repo but Maven's ~/.m2 cache). SIGTERM or SIGINT
 # closes Kafka Streams cleanly (exit status 0).

@@ -1,6 +1,6 @@
 //! The Kafka Streams peer of the benchmarks (`benches/peers/kafka-streams/`)
 //! does streamfold's work: on the same input, on the same broker, it writes
-//! the same folds and the same read models, so the benchmarks compare the
+//! the same folds, read models, windows and joined orders, so the benchmarks compare the
 //! same work. The only tests that start the JVM peer.
 //!
 //! What is compared does not depend on timing. The folds close by
@@ -13,7 +13,10 @@
 //! metrics, folds of `max_events` each). The question feed's outputs are
 //! keyed by the entity whose events are in one partition in order, so
 //! each key's outputs must be equal, one by one. Values are compared as
-//! JSON (an object's fields in any order).
+//! JSON (an object's fields in any order). The windowed count and the
+//! join are compared on input whose order is the same for both systems:
+//! one partition of views, and a table committed by both before the
+//! orders are written.
 
 mod support;
 
@@ -353,4 +356,331 @@ fn the_peer_projects_the_question_feed_as_streamfold_does() {
         dead_letters(&theirs[3]),
         "the same records dead-lettered"
     );
+}
+
+/// Waits until `group` has committed each partition of `topic` to `ends`,
+/// with `alive` asserting meanwhile that the system under test runs.
+fn wait_group_at(group: &str, topic: &str, ends: &[i64], alive: &dyn Fn()) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let committed = group_committed(group, topic, ends.len());
+        if committed
+            .iter()
+            .zip(ends)
+            .all(|(c, e)| c == e || (*e == 0 && *c == -1))
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{group} committed {committed:?} of {topic}, whose end is {ends:?}, within 180 s"
+        );
+        alive();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Each system's records on `topic`, read to its end, by key (values as
+/// JSON, in order).
+fn outputs_by_key(topic: &str) -> BTreeMap<String, Vec<Value>> {
+    values_by_key(&read_to_end(topic, Duration::from_secs(60)))
+}
+
+/// page-views.yaml and the peer's `page-views` app over one partition of
+/// views keyed by page: both see the same records in the same order
+/// (streamfold's re-key keeps them in place, the peer's repartition topic
+/// has the one partition), so the same views are late, the same windows
+/// close, and each closed window is written once with the same count,
+/// users and key. The last view, far ahead, closes every other window and
+/// stays open in both.
+#[test]
+fn the_peer_counts_page_views_per_window_as_streamfold_does() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let input = unique("peers-views");
+    create_topic(&input, 1);
+    let producer = TestProducer::new();
+    let view = |page: &str, minute: u32, user: &str| {
+        let at = format!("2026-01-01T00:{minute:02}:00Z");
+        json!({"page": page, "user": user, "viewed_at": at}).to_string()
+    };
+    let mut sent = 0;
+    let mut send = |key: &str, value: String| {
+        producer.send(&input, Some(key.as_bytes()), value.as_bytes(), &[]);
+        sent += 1;
+    };
+    // Three windows of three pages; then, after the first window closed
+    // (its end, 5m, plus the 1m grace), a view of it: late.
+    for (minute, page, user) in [
+        (1, "/home", "ann"),
+        (2, "/home", "bob"),
+        (2, "/cart", "ann"),
+        (4, "/home", "ann"),
+        (6, "/home", "cid"),
+        (7, "/cart", "bob"),
+        (3, "/home", "dan"),
+        (9, "/about", "ann"),
+        (11, "/home", "bob"),
+        (12, "/cart", "cid"),
+        (14, "/home", "ann"),
+        (17, "/about", "bob"),
+    ] {
+        send(page, view(page, minute, user));
+    }
+    // No time to window it by: dead-lettered by both.
+    send("/home", json!({"page": "/home", "user": "eve"}).to_string());
+    // A day ahead: it closes every window before it. (Not past the wall
+    // clock: the broker refuses a timestamp more than an hour ahead of
+    // its own clock, and the peer's repartition topic takes this time;
+    // `idle_advance` is set long enough that it never closes this one.)
+    send(
+        "/home",
+        json!({"page": "/home", "user": "far", "viewed_at": "2026-01-02T00:00:00Z"}).to_string(),
+    );
+    producer.flush();
+    let ends = producer.ends(&input, 1);
+    assert_eq!(ends, vec![sent]);
+
+    let app = unique("peers-sf");
+    let (ours, our_dlq) = (format!("{app}-views"), format!("{app}-dlq"));
+    let streamfold = App::start(
+        &AppConfig {
+            topology: repo().join("topologies/page-views.yaml"),
+            instance: "peers".into(),
+            state_dir: dir.path().join(&app),
+            env: env_vars(&[
+                ("STREAMFOLD_APP", &app),
+                ("PAGE_VIEWS_TOPIC", &input),
+                ("PAGE_VIEWS_COUNTS_TOPIC", &ours),
+                ("DEAD_LETTER_TOPIC", &our_dlq),
+                ("STREAMFOLD_IDLE_ADVANCE", "1h"),
+            ]),
+            txn_header: false,
+            args: Vec::new(),
+        },
+        dir.path(),
+    );
+    wait_committed_to(&streamfold, &app, &input, &ends, Duration::from_secs(180));
+    streamfold.stop();
+
+    let peer_id = unique("peers-ks");
+    let (theirs, their_dlq) = (format!("{peer_id}-views"), format!("{peer_id}-dlq"));
+    let peer = KafkaStreamsPeer::start(
+        &PeerConfig {
+            app: PeerApp::PageViews,
+            application_id: peer_id.clone(),
+            state_dir: dir.path().join(&peer_id),
+            args: [
+                "--input",
+                &input,
+                "--output",
+                &theirs,
+                "--dead-letter-topic",
+                &their_dlq,
+                "--window",
+                "5m",
+                "--grace",
+                "1m",
+                "--commit-interval",
+                "100ms",
+            ]
+            .map(String::from)
+            .to_vec(),
+            heap: Some("384m".into()),
+        },
+        dir.path(),
+    );
+    peer.wait_running(Duration::from_secs(180));
+    wait_group_at(&peer_id, &input, &ends, &|| peer.assert_running());
+    // The windows are counted after the repartition topic, whose offsets
+    // the test does not know: wait for as many as streamfold wrote.
+    let ours = outputs_by_key(&ours);
+    read_topic(
+        &theirs,
+        ours.len(),
+        Duration::ZERO,
+        Duration::from_secs(180),
+    );
+    peer.stop();
+
+    let theirs = outputs_by_key(&theirs);
+    // Windows 0:00, 0:05, 0:10 and 0:15 of the pages viewed in them: 8.
+    let home = &ours["/home@2026-01-01T00:00:00.000Z/2026-01-01T00:05:00.000Z"];
+    assert_eq!(home.len(), 1, "one result per window: {home:?}");
+    assert_eq!(home[0]["views"], 3, "{home:?}");
+    assert_eq!(home[0]["users"], json!(["ann", "bob"]), "{home:?}");
+    assert_eq!(ours.len(), 8, "the closed windows: {:?}", ours.keys());
+    assert_eq!(ours, theirs, "the windows differ");
+    let (our_dead, their_dead) = (
+        read_to_end(&our_dlq, Duration::from_secs(60)),
+        read_to_end(&their_dlq, Duration::from_secs(60)),
+    );
+    assert_eq!(our_dead.len(), 2, "the late view and the untimed one");
+    assert_eq!(dead_letters(&our_dead), dead_letters(&their_dead));
+}
+
+/// orders-enriched.yaml and the peer's `orders-enriched` app, both running
+/// while a customers table (profiles, updates, tombstones) is written and
+/// committed by each, then the orders: each order joins its customer's
+/// latest profile, or null for a customer without one, in both, and an
+/// order without a customer id is dead-lettered by both.
+#[test]
+fn the_peer_enriches_orders_as_streamfold_does() {
+    let _serial = serial();
+    let dir = temp_dir();
+    let (orders, customers) = (unique("peers-orders"), unique("peers-customers"));
+    create_topic(&orders, PARTITIONS);
+    create_topic_with(&customers, PARTITIONS, &[("cleanup.policy", "compact")]);
+
+    let app = unique("peers-sf");
+    let (ours, our_dlq) = (format!("{app}-enriched"), format!("{app}-dlq"));
+    let streamfold = App::start(
+        &AppConfig {
+            topology: repo().join("topologies/orders-enriched.yaml"),
+            instance: "peers".into(),
+            state_dir: dir.path().join(&app),
+            env: env_vars(&[
+                ("STREAMFOLD_APP", &app),
+                ("ORDERS_TOPIC", &orders),
+                ("CUSTOMERS_TOPIC", &customers),
+                ("ENRICHED_ORDERS_TOPIC", &ours),
+                ("DEAD_LETTER_TOPIC", &our_dlq),
+            ]),
+            txn_header: false,
+            args: Vec::new(),
+        },
+        dir.path(),
+    );
+    let peer_id = unique("peers-ks");
+    let (theirs, their_dlq) = (format!("{peer_id}-enriched"), format!("{peer_id}-dlq"));
+    let peer = KafkaStreamsPeer::start(
+        &PeerConfig {
+            app: PeerApp::OrdersEnriched,
+            application_id: peer_id.clone(),
+            state_dir: dir.path().join(&peer_id),
+            args: [
+                "--input",
+                &orders,
+                "--customers-topic",
+                &customers,
+                "--output",
+                &theirs,
+                "--dead-letter-topic",
+                &their_dlq,
+                "--commit-interval",
+                "100ms",
+            ]
+            .map(String::from)
+            .to_vec(),
+            heap: Some("384m".into()),
+        },
+        dir.path(),
+    );
+    peer.wait_running(Duration::from_secs(180));
+
+    // 30 customers; one in five moves up a tier; one in seven is deleted.
+    let producer = TestProducer::new();
+    let tiers = ["bronze", "silver", "gold"];
+    for c in 0..30usize {
+        let key = format!("customer_{c}");
+        let profile = json!({"name": format!("Customer {c}"), "tier": tiers[c % 2]});
+        producer.send(
+            &customers,
+            Some(key.as_bytes()),
+            profile.to_string().as_bytes(),
+            &[],
+        );
+        if c % 5 == 0 {
+            let up = json!({"name": format!("Customer {c}"), "tier": tiers[2]});
+            producer.send(
+                &customers,
+                Some(key.as_bytes()),
+                up.to_string().as_bytes(),
+                &[],
+            );
+        }
+        if c % 7 == 3 {
+            producer.send_maybe(&customers, Some(key.as_bytes()), None);
+        }
+    }
+    producer.flush();
+    let table_ends = producer.ends(&customers, PARTITIONS);
+    wait_committed_to(
+        &streamfold,
+        &app,
+        &customers,
+        &table_ends,
+        Duration::from_secs(180),
+    );
+    wait_group_at(&peer_id, &customers, &table_ends, &|| peer.assert_running());
+
+    // Orders keyed by order id, for customers 0..35 (30..35 have no row).
+    for i in 0..140usize {
+        let id = format!("order_{i}");
+        let order = json!({"order_id": id, "customer_id": format!("customer_{}", i % 35),
+            "amount": 1 + i % 17});
+        producer.send(
+            &orders,
+            Some(id.as_bytes()),
+            order.to_string().as_bytes(),
+            &[],
+        );
+    }
+    producer.send(
+        &orders,
+        Some(b"order_x"),
+        br#"{"order_id":"order_x","amount":3}"#,
+        &[],
+    );
+    producer.flush();
+    let order_ends = producer.ends(&orders, PARTITIONS);
+    wait_committed_to(
+        &streamfold,
+        &app,
+        &orders,
+        &order_ends,
+        Duration::from_secs(180),
+    );
+    wait_group_at(&peer_id, &orders, &order_ends, &|| peer.assert_running());
+    streamfold.stop();
+    read_topic(&theirs, 140, Duration::ZERO, Duration::from_secs(180));
+    peer.stop();
+
+    // A customer's orders come from four partitions, interleaved by each
+    // system's repartition topic as timing goes: compared in order of id.
+    let by_order = |topic: &str| {
+        let mut out = outputs_by_key(topic);
+        for orders in out.values_mut() {
+            orders.sort_by(|a, b| a["order_id"].as_str().cmp(&b["order_id"].as_str()));
+        }
+        out
+    };
+    let (ours, theirs) = (by_order(&ours), by_order(&theirs));
+    assert_eq!(
+        ours.values().map(Vec::len).sum::<usize>(),
+        140,
+        "every order once"
+    );
+    assert_eq!(
+        ours["customer_5"][0]["customer"],
+        json!({"name": "Customer 5", "tier": "gold"}),
+        "the latest profile"
+    );
+    assert_eq!(
+        ours["customer_3"][0]["customer"],
+        Value::Null,
+        "a deleted customer"
+    );
+    assert_eq!(
+        ours["customer_31"][0]["customer"],
+        Value::Null,
+        "an unknown one"
+    );
+    assert_eq!(ours, theirs, "the joined orders differ");
+    let (our_dead, their_dead) = (
+        read_to_end(&our_dlq, Duration::from_secs(60)),
+        read_to_end(&their_dlq, Duration::from_secs(60)),
+    );
+    assert_eq!(our_dead.len(), 1, "the order without a customer");
+    assert_eq!(dead_letters(&our_dead), dead_letters(&their_dead));
 }

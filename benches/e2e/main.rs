@@ -2,9 +2,10 @@
 //! a bare consumer, in one run, on one Apache Kafka broker and one topic.
 //!
 //! ```text
-//! cargo bench --bench e2e -- [--peers kafka-streams,quix] [--workloads social-metrics,question-feed]
+//! cargo bench --bench e2e -- [--peers kafka-streams,quix]
+//!                             [--workloads social-metrics,question-feed,page-views,orders-enriched]
 //!                             [--events N | --events W=N[,W=N…]] [--accounts A] [--partitions P] [--keyed-by account|post]
-//!                             [--seed S] [--repeat R]
+//!                             [--seed S] [--views-per-window V] [--repeat R]
 //!                             [--bursts B] [--warmup-bursts W] [--no-latency]
 //!                             [--no-recovery | --recovery-workloads W[,W…]]
 //!                             [--guarantees exactly_once[,at_least_once]]
@@ -26,9 +27,15 @@
 //!    not on their account's partition through its repartition topic
 //!    too. question-feed sends one event in ten twice and
 //!    distributed-counter every event twice; rates count every record of
-//!    the topic. `--events question-feed=N` sets one workload's count;
-//!    `--seed` picks the generators' stretch (the same seed, the same
-//!    events).
+//!    the topic. page-views' views are keyed by view id and re-keyed by
+//!    page (both systems use their repartition topics), their event times
+//!    a function of the view's number that closes windows during the run
+//!    and leaves the last ones open (`streamfold-loadgen`'s `page_view`
+//!    says how); orders-enriched writes a customers table (`A` customers,
+//!    some updated, some deleted) to `<topic>-customers` first, then the
+//!    orders, keyed by order id; its rates count orders. `--events
+//!    question-feed=N` sets one workload's count; `--seed` picks the
+//!    generators' stretch (the same seed, the same events).
 //! 2. Bare consumer: `streamfold-loadgen bare-consume` reads the topic with
 //!    `assign()` (no group), timed from its first record to its last, once
 //!    with librdkafka's defaults and once with the fetch setting streamfold
@@ -50,7 +57,15 @@
 //!    (`--quix-commit-interval`: at 100 ms it spends most of its time
 //!    committing). Each is timed from outside by its group's commits
 //!    (measure.rs): records/s, CPU seconds per million records of its
-//!    processes and of the broker over the timed span, peak RSS.
+//!    processes and of the broker over the timed span, peak RSS. Both
+//!    systems emit a joined order, and a window closed by a record, in the
+//!    transaction that commits that record (streamfold closes at most
+//!    1,024 windows per record, the rest at its next 250 ms tick; the
+//!    input closes its last windows a seventh of a burst before its end),
+//!    so a group done with its input has written its output. page-views'
+//!    and orders-enriched's output is then checked against a recount of
+//!    the input (verify.rs), after every run and every recovery: a
+//!    mismatch fails the benchmark.
 //! 4. Latency (social-metrics, streamfold under exactly-once and Kafka
 //!    Streams): bursts on a fresh topic to a folded event at a
 //!    read_committed consumer (latency.rs).
@@ -90,6 +105,7 @@ mod options;
 mod recovery;
 mod report;
 mod systems;
+mod verify;
 mod workload;
 
 use std::path::Path;
@@ -134,14 +150,24 @@ fn bare_run(topic: &str, records: u64, extra: &[&str]) -> RunFigures {
     }
 }
 
-/// One throughput run of `launch` over the whole of `topic`.
-fn system_run(launch: &Launch, topic: &str, partitions: i32, dir: &Path) -> RunFigures {
+/// One throughput run of `launch` over the whole of `topic`; with
+/// `expected`, its output checked against it once it stopped (the check's
+/// summary is returned).
+fn system_run(
+    launch: &Launch,
+    topic: &str,
+    partitions: i32,
+    expected: Option<&verify::Expected>,
+    dir: &Path,
+) -> (RunFigures, Option<String>) {
     let progress = Progress::new(&launch.group, topic, partitions);
     let started = Instant::now();
     let running = launch.start(dir);
     let figures = follow(running.as_ref(), &progress, started);
     let detail = running.detail(figures.seconds);
     running.stop();
+    // Figures of a run whose output is wrong mean nothing: stop here.
+    let checked = expected.map(|e| verify::check(e, launch).unwrap_or_else(|m| panic!("{m}")));
     eprintln!(
         "{}: {:.0} records/s ({:.0} records in {:.2} s), CPU {:.2} s per 1M records, broker {:.2} s, peak RSS {:.0} MiB{}",
         launch.label,
@@ -157,7 +183,10 @@ fn system_run(launch: &Launch, topic: &str, partitions: i32, dir: &Path) -> RunF
             format!("; {detail}")
         }
     );
-    figures
+    if let Some(summary) = &checked {
+        eprintln!("{}: verified: {summary}", launch.label);
+    }
+    (figures, checked)
 }
 
 /// The repository's commit, for the table's heading.
@@ -262,8 +291,10 @@ fn systems(o: &Options, workload: Workload, dir: &Path) -> Vec<(Row, Launcher)> 
     out
 }
 
-/// Measures every system on `workload` and prints its table.
-fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
+/// Measures every system on `workload` and prints its table; returns the
+/// mismatches the checks of its recoveries found.
+fn bench_workload(o: &Options, workload: Workload, dir: &Path) -> Vec<String> {
+    let mut mismatches = Vec::new();
     let started_load = load_average();
     let key_by_post = o.key_by_post && workload == Workload::SocialMetrics;
     let (topic, records) = produce(&Input {
@@ -273,7 +304,11 @@ fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
         partitions: o.partitions,
         key_by_post,
         seed: o.seed,
+        views_per_window: o
+            .views_per_window
+            .unwrap_or_else(|| Workload::views_per_window(o.events(workload))),
     });
+    let expected = verify::expected(workload, &topic);
     let mut bare = Row {
         label: "bare rdkafka consumer (assign, no group), librdkafka defaults".into(),
         ..Row::default()
@@ -302,8 +337,15 @@ fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
             tuned.runs[run].rate()
         );
         for (row, launch) in &mut systems {
-            row.runs
-                .push(system_run(&launch(&topic), &topic, o.partitions, dir));
+            let (figures, checked) = system_run(
+                &launch(&topic),
+                &topic,
+                o.partitions,
+                expected.as_ref(),
+                dir,
+            );
+            row.runs.push(figures);
+            row.checks.extend(checked);
         }
     }
 
@@ -341,11 +383,27 @@ fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
                     continue;
                 }
                 done.push(row.kind);
-                let r = recovery::recover(&launch(&topic), &topic, o.partitions, dir);
+                let launch = launch(&topic);
+                let r = recovery::recover(&launch, &topic, o.partitions, dir);
                 eprintln!(
                     "recovery run {run}, {}: {:.1} s for {} records left ({:.1} s to its first commit), broker let go after {:.1} s",
                     row.label, r.seconds, r.records_left, r.first_commit_seconds, r.settle_seconds
                 );
+                // A recovery that lost or repeated output is reported with
+                // the table, and fails the benchmark at its end.
+                if let Some(expected) = &expected {
+                    match verify::check(expected, &launch) {
+                        Ok(summary) => {
+                            eprintln!("recovery run {run}, {}: verified: {summary}", row.label);
+                        }
+                        Err(mismatch) => {
+                            eprintln!("recovery run {run}: {mismatch}");
+                            row.checks
+                                .push(format!("recovery run {run}: MISMATCH: {mismatch}"));
+                            mismatches.push(mismatch);
+                        }
+                    }
+                }
                 row.recovery.push(r);
             }
         }
@@ -356,6 +414,8 @@ fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
         Workload::SocialMetrics => "accounts",
         Workload::QuestionFeed => "questions and as many answers",
         Workload::DistributedCounter => "counters",
+        Workload::PageViews => "pages, keyed by view id",
+        Workload::OrdersEnriched => "customers, orders keyed by order id",
     };
     println!(
         "\n{}: {records} records ({} events over {} {keys}, seed {}), {} partitions; commit {}, {} profile; medians of {} runs (min–max); load average {} at the start, {} at the end\n",
@@ -379,6 +439,8 @@ fn bench_workload(o: &Options, workload: Workload, dir: &Path) {
     rows.extend(systems.into_iter().map(|(row, _)| row));
     report::table(&rows);
     report::ratios(&rows, tuned_rate);
+    report::checks(&rows);
+    mismatches
 }
 
 fn main() {
@@ -394,14 +456,20 @@ fn main() {
     if o.quix {
         systems::install_quix();
     }
+    let mut mismatches = Vec::new();
     for &workload in &o.workloads {
-        bench_workload(&o, workload, dir.path());
+        mismatches.extend(bench_workload(&o, workload, dir.path()));
     }
     if o.smoke {
         // The other workloads' topologies through the harness: one small
-        // run of streamfold each (tests/peers.rs runs the question-feed
-        // peer).
-        for workload in [Workload::QuestionFeed, Workload::DistributedCounter] {
+        // run of streamfold each, page-views' and orders-enriched's output
+        // checked against the input (tests/peers.rs runs the peers).
+        for workload in [
+            Workload::QuestionFeed,
+            Workload::DistributedCounter,
+            Workload::PageViews,
+            Workload::OrdersEnriched,
+        ] {
             let smoke = Options {
                 workloads: vec![workload],
                 events: 5_000,
@@ -412,7 +480,13 @@ fn main() {
                 recovery: false,
                 ..options()
             };
-            bench_workload(&smoke, workload, dir.path());
+            mismatches.extend(bench_workload(&smoke, workload, dir.path()));
         }
     }
+    assert!(
+        mismatches.is_empty(),
+        "{} recoveries wrote output that does not match the input:\n{}",
+        mismatches.len(),
+        mismatches.join("\n")
+    );
 }

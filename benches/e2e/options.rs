@@ -21,6 +21,9 @@ pub struct Options {
     /// social-metrics' events keyed by post instead of account
     /// (`--keyed-by post`), so streamfold re-keys them too.
     pub key_by_post: bool,
+    /// page-views: views per 5-minute window of event time
+    /// (`--views-per-window`; none: `Workload::views_per_window`).
+    pub views_per_window: Option<u64>,
     /// Every measurement this many times; the table shows the medians.
     pub repeat: usize,
     /// Latency bursts measured, after `warmup_bursts` not measured.
@@ -87,6 +90,7 @@ pub fn options() -> Options {
             partitions: 4,
             seed: 0,
             key_by_post: false,
+            views_per_window: None,
             repeat: 3,
             bursts: 200,
             warmup_bursts: 200,
@@ -113,6 +117,7 @@ pub fn options() -> Options {
             partitions: 4,
             seed: 0,
             key_by_post: false,
+            views_per_window: None,
             repeat: 1,
             bursts: 10,
             warmup_bursts: 5,
@@ -173,6 +178,9 @@ pub fn options() -> Options {
                 };
             }
             "--repeat" => o.repeat = value.parse().expect("--repeat N"),
+            "--views-per-window" => {
+                o.views_per_window = Some(value.parse().expect("--views-per-window N"));
+            }
             "--bursts" => o.bursts = value.parse().expect("--bursts N"),
             "--warmup-bursts" => o.warmup_bursts = value.parse().expect("--warmup-bursts N"),
             "--peers" | "--peer" => {
@@ -256,8 +264,14 @@ pub fn options() -> Options {
         i += 2;
     }
     assert!(
-        o.commit_intervals == [None] || o.workloads.iter().all(|w| *w == Workload::SocialMetrics),
-        "--commit-intervals: social-metrics only (question-feed's topology fixes 100 ms)"
+        o.commit_intervals == [None]
+            || o.workloads.iter().all(|w| {
+                matches!(
+                    w,
+                    Workload::SocialMetrics | Workload::PageViews | Workload::OrdersEnriched
+                )
+            }),
+        "--commit-intervals: social-metrics, page-views and orders-enriched only (the other topologies fix 100 ms)"
     );
     o
 }

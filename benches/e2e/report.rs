@@ -22,6 +22,8 @@ pub struct Row {
     pub p50: Vec<f64>,
     pub p99: Vec<f64>,
     pub recovery: Vec<Recovery>,
+    /// Per run whose output was checked (verify.rs): what the check found.
+    pub checks: Vec<String>,
 }
 
 /// `median (min–max)`, each with `digits` decimals, or empty.
@@ -152,5 +154,29 @@ pub fn ratios(rows: &[Row], tuned_bare: f64) {
             ));
         }
         println!("- against {}: {}", peer.label, parts.join(", "));
+    }
+}
+
+/// What the checks of each row's runs found (verify.rs): the first run's
+/// summary, and whether the others' differed.
+pub fn checks(rows: &[Row]) {
+    let checked: Vec<&Row> = rows.iter().filter(|r| !r.checks.is_empty()).collect();
+    if checked.is_empty() {
+        return;
+    }
+    println!();
+    println!("Output checked against a recount of the input after every run:");
+    for row in checked {
+        let same = row.checks.iter().all(|c| *c == row.checks[0]);
+        println!(
+            "- {}: {}{}",
+            row.label,
+            row.checks[0],
+            if same {
+                format!(" (the same in all {} runs)", row.checks.len())
+            } else {
+                format!("; other runs: {}", row.checks[1..].join("; "))
+            }
+        );
     }
 }

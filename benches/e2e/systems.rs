@@ -212,6 +212,8 @@ pub struct Launch {
     pub state_dir: PathBuf,
     /// Its first output topic (social-metrics: the folds).
     pub output: String,
+    /// Its dead-letter topic.
+    pub dead_letters: String,
     /// Whether a new start of it aborts what its killed instance left
     /// open: streamfold's transactional id is the application's and the
     /// instance's, so its next start fences the old producer at once; the
@@ -249,7 +251,8 @@ impl Launch {
     /// A fresh streamfold application of `workload` over `topic`.
     pub fn streamfold(workload: Workload, topic: &str, run: &StreamfoldRun, dir: &Path) -> Launch {
         let app = unique("bench-sf");
-        let (mut env, output) = workload.streamfold_env(topic);
+        let topics = workload.streamfold_env(topic);
+        let mut env = topics.settings;
         env.push(("STREAMFOLD_APP".into(), app.clone()));
         env.push(("STREAMFOLD_GUARANTEE".into(), run.guarantee.into()));
         if let Some(interval) = run.commit_interval {
@@ -286,7 +289,8 @@ impl Launch {
             label,
             group: app,
             state_dir: config.state_dir.clone(),
-            output,
+            output: topics.output,
+            dead_letters: topics.dead_letters,
             fences_on_restart: true,
             how: How::Streamfold {
                 config,
@@ -305,7 +309,12 @@ impl Launch {
         dir: &Path,
     ) -> Launch {
         let app = unique("bench-ks");
-        let (mut args, output) = workload.peer_topics(topic);
+        let topics = workload.peer_topics(topic);
+        let mut args: Vec<String> = topics
+            .settings
+            .into_iter()
+            .flat_map(|(flag, value)| [flag, value])
+            .collect();
         let interval = commit_interval.unwrap_or("100ms");
         args.extend(["--commit-interval".into(), interval.into()]);
         let mut label = "Kafka Streams 4.4.0, exactly_once_v2".to_string();
@@ -323,7 +332,8 @@ impl Launch {
             label,
             group: app,
             state_dir: config.state_dir.clone(),
-            output,
+            output: topics.output,
+            dead_letters: topics.dead_letters,
             fences_on_restart: false,
             how: How::KafkaStreams(config),
         }
@@ -360,6 +370,8 @@ impl Launch {
             group,
             state_dir,
             output,
+            // Quix Streams' peer writes none.
+            dead_letters: String::new(),
             fences_on_restart: false,
             how: How::Quix(args),
         }

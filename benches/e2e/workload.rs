@@ -15,6 +15,25 @@ pub enum Workload {
     SocialMetrics,
     QuestionFeed,
     DistributedCounter,
+    /// Page views counted per page and 5-minute window of event time.
+    PageViews,
+    /// Orders joined with a customers table.
+    OrdersEnriched,
+}
+
+/// page-views' window and grace, given to both systems (the topology's
+/// defaults, and the times `streamfold-loadgen` generates for).
+pub const PAGE_VIEWS_WINDOW: &str = "5m";
+pub const PAGE_VIEWS_GRACE: &str = "1m";
+
+/// The topics one run of a system writes, as its command line or
+/// environment names them.
+pub struct RunTopics {
+    /// Variables (streamfold) or arguments (the peer).
+    pub settings: Vec<(String, String)>,
+    /// Its first output topic (social-metrics: the folds).
+    pub output: String,
+    pub dead_letters: String,
 }
 
 impl Workload {
@@ -23,7 +42,11 @@ impl Workload {
             "social-metrics" => Workload::SocialMetrics,
             "question-feed" => Workload::QuestionFeed,
             "distributed-counter" => Workload::DistributedCounter,
-            _ => panic!("--workloads social-metrics,question-feed,distributed-counter"),
+            "page-views" => Workload::PageViews,
+            "orders-enriched" => Workload::OrdersEnriched,
+            _ => panic!(
+                "--workloads social-metrics,question-feed,distributed-counter,page-views,orders-enriched"
+            ),
         }
     }
 
@@ -32,6 +55,8 @@ impl Workload {
             Workload::SocialMetrics => "social-metrics",
             Workload::QuestionFeed => "question-feed",
             Workload::DistributedCounter => "distributed-counter",
+            Workload::PageViews => "page-views",
+            Workload::OrdersEnriched => "orders-enriched",
         }
     }
 
@@ -41,12 +66,20 @@ impl Workload {
             Workload::SocialMetrics => Some(PeerApp::Fold),
             Workload::QuestionFeed => Some(PeerApp::QuestionFeed),
             Workload::DistributedCounter => None,
+            Workload::PageViews => Some(PeerApp::PageViews),
+            Workload::OrdersEnriched => Some(PeerApp::OrdersEnriched),
         }
     }
 
+    /// The table a workload reads beside its input topic (orders-enriched's
+    /// customers), named after the input.
+    pub fn table_topic(self, input: &str) -> Option<String> {
+        (self == Workload::OrdersEnriched).then(|| format!("{input}-customers"))
+    }
+
     /// The topology's variables naming its input and outputs (each run
-    /// gets output topics of its own), and its first output topic.
-    pub fn streamfold_env(self, input: &str) -> (Vec<(String, String)>, String) {
+    /// gets output topics of its own) and its parameters.
+    pub fn streamfold_env(self, input: &str) -> RunTopics {
         let (input_name, outputs): (&str, &[&str]) = match self {
             Workload::SocialMetrics => ("POST_METRICS_TOPIC", &["FOLDED_TOPIC"]),
             Workload::QuestionFeed => (
@@ -54,29 +87,49 @@ impl Workload {
                 &["QUESTIONS_TOPIC", "THANKS_TOPIC", "OTHER_EVENTS_TOPIC"],
             ),
             Workload::DistributedCounter => ("COUNTER_EVENTS_TOPIC", &["COUNTER_VALUES_TOPIC"]),
+            Workload::PageViews => ("PAGE_VIEWS_TOPIC", &["PAGE_VIEWS_COUNTS_TOPIC"]),
+            Workload::OrdersEnriched => ("ORDERS_TOPIC", &["ENRICHED_ORDERS_TOPIC"]),
         };
         let outputs: Vec<(String, String)> = outputs
             .iter()
             .map(|name| (name.to_string(), unique("bench-out")))
             .collect();
-        let first = outputs[0].1.clone();
+        let output = outputs[0].1.clone();
+        let dead_letters = unique("bench-dlq");
         let mut env = vec![
             (input_name.to_string(), input.to_string()),
-            ("DEAD_LETTER_TOPIC".into(), unique("bench-dlq")),
+            ("DEAD_LETTER_TOPIC".into(), dead_letters.clone()),
         ];
         env.extend(outputs);
-        if self == Workload::DistributedCounter {
+        match self {
             // The read-trigger source: empty here, co-partitioned with the
             // events.
-            env.push(("COUNTER_READS_TOPIC".into(), format!("{input}-reads")));
+            Workload::DistributedCounter => {
+                env.push(("COUNTER_READS_TOPIC".into(), format!("{input}-reads")));
+            }
+            Workload::PageViews => {
+                env.push(("PAGE_VIEWS_WINDOW".into(), PAGE_VIEWS_WINDOW.into()));
+                env.push(("PAGE_VIEWS_GRACE".into(), PAGE_VIEWS_GRACE.into()));
+            }
+            Workload::OrdersEnriched => {
+                env.push(("CUSTOMERS_TOPIC".into(), format!("{input}-customers")));
+            }
+            Workload::SocialMetrics | Workload::QuestionFeed => {}
         }
-        (env, first)
+        RunTopics {
+            settings: env,
+            output,
+            dead_letters,
+        }
     }
 
-    /// The peer's topic arguments for `input`, and its first output topic.
-    pub fn peer_topics(self, input: &str) -> (Vec<String>, String) {
+    /// The peer's topic arguments for `input` (each flag and its value)
+    /// and its parameters.
+    pub fn peer_topics(self, input: &str) -> RunTopics {
         let outputs: &[&str] = match self {
-            Workload::SocialMetrics => &["--output"],
+            Workload::SocialMetrics | Workload::PageViews | Workload::OrdersEnriched => {
+                &["--output"]
+            }
             Workload::QuestionFeed => &[
                 "--questions-topic",
                 "--thanks-topic",
@@ -84,19 +137,44 @@ impl Workload {
             ],
             Workload::DistributedCounter => panic!("no Kafka Streams peer for distributed-counter"),
         };
+        let dead_letters = unique("bench-ks-dlq");
         let mut args = vec![
-            "--input".to_string(),
-            input.to_string(),
-            "--dead-letter-topic".into(),
-            unique("bench-ks-dlq"),
+            ("--input".to_string(), input.to_string()),
+            ("--dead-letter-topic".into(), dead_letters.clone()),
         ];
         let mut first = None;
         for flag in outputs {
             let topic = unique("bench-ks-out");
             first.get_or_insert_with(|| topic.clone());
-            args.extend([flag.to_string(), topic]);
+            args.push((flag.to_string(), topic));
         }
-        (args, first.unwrap_or_default())
+        match self {
+            Workload::PageViews => {
+                args.push(("--window".into(), PAGE_VIEWS_WINDOW.into()));
+                args.push(("--grace".into(), PAGE_VIEWS_GRACE.into()));
+            }
+            Workload::OrdersEnriched => {
+                args.push(("--customers-topic".into(), format!("{input}-customers")));
+            }
+            _ => {}
+        }
+        RunTopics {
+            settings: args,
+            output: first.unwrap_or_default(),
+            dead_letters,
+        }
+    }
+
+    /// Views per window of event time that page-views' input is generated
+    /// with for `events` views: half of them (at least 1,000), so the input
+    /// is two bursts (`streamfold-loadgen`'s `page_view`): the first
+    /// burst's windows close six sevenths into the second, whose windows
+    /// stay open. An on-time view is dead-lettered only if it lags 43 % of
+    /// the input behind its task's stream time; with four bursts (21 %),
+    /// both systems dead-lettered on-time views when replaying 200,000
+    /// (BENCHMARKS.md, page-views).
+    pub fn views_per_window(events: u64) -> u64 {
+        (events / 2).max(1_000)
     }
 }
 
@@ -116,6 +194,8 @@ pub struct Input {
     pub key_by_post: bool,
     /// The generators' stretch (`streamfold-loadgen produce --seed`).
     pub seed: u32,
+    /// page-views' views per window of event time.
+    pub views_per_window: u64,
 }
 
 /// Produces `input` to a new topic; returns the topic and the records it
@@ -130,19 +210,29 @@ pub fn produce(input: &Input) -> (String, u64) {
         partitions,
         key_by_post,
         seed,
+        views_per_window,
     } = input;
     let topic = unique("bench-input");
     create_topic(&topic, partitions);
     if workload == Workload::DistributedCounter {
         create_topic(&format!("{topic}-reads"), partitions);
     }
-    let produced = loadgen()
+    let mut command = loadgen();
+    command
         .args(["produce", "--workload", workload.name(), "--topic", &topic])
         .args(["--partitions", &partitions.to_string()])
         .args(["--events", &events.to_string()])
         .args(["--accounts", &keys.to_string(), "--json"])
         .args(["--seed", &seed.to_string()])
-        .args(key_by_post.then_some("--key-by-post"))
+        .args(key_by_post.then_some("--key-by-post"));
+    if workload == Workload::PageViews {
+        command.args(["--views-per-window", &views_per_window.to_string()]);
+    }
+    if let Some(table) = workload.table_topic(&topic) {
+        // The loadgen creates it compacted.
+        command.args(["--customers-topic", &table]);
+    }
+    let produced = command
         .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap();

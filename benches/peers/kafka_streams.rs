@@ -22,6 +22,10 @@ pub enum PeerApp {
     Fold,
     /// `topologies/question-feed.yaml`.
     QuestionFeed,
+    /// `topologies/page-views.yaml`.
+    PageViews,
+    /// `topologies/orders-enriched.yaml`.
+    OrdersEnriched,
 }
 
 impl PeerApp {
@@ -29,6 +33,8 @@ impl PeerApp {
         match self {
             PeerApp::Fold => "fold",
             PeerApp::QuestionFeed => "question-feed",
+            PeerApp::PageViews => "page-views",
+            PeerApp::OrdersEnriched => "orders-enriched",
         }
     }
 }

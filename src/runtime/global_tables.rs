@@ -31,8 +31,7 @@ use serde_json::Value;
 
 use super::RuntimeError;
 use super::settings::{self, RunOptions};
-use crate::formats::{CodecError, Codecs};
-use crate::record::Timestamp;
+use crate::formats::Codecs;
 use crate::state::global::{Change, Globals, RocksGlobal};
 use crate::telemetry;
 use crate::topology::Topology;
@@ -289,7 +288,10 @@ impl Decoder {
     /// `message`'s change, or `None` (counted) when the table cannot hold
     /// it.
     fn change(&self, message: &BorrowedMessage<'_>) -> Option<(Box<[u8]>, Option<Value>)> {
-        match self.codecs.decode_table_change(self.source, message.key(), message.payload()) {
+        match self
+            .codecs
+            .decode_table_change(self.source, message.key(), message.payload())
+        {
             Ok(change) => Some(change),
             Err(error) => {
                 metrics::counter!(

@@ -40,6 +40,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use serde_json::json;
 use streamfold::runtime::RawHeaders;
 use streamfold::runtime::connect;
 use streamfold::runtime::settings::{self, RunOptions};

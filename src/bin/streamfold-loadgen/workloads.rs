@@ -35,7 +35,12 @@ const LATE_VIEWS_FROM: u64 = 1_000;
 /// records that set its task's stream time. One view in a hundred (from
 /// the [`LATE_VIEWS_FROM`]-th of a burst on) is [`PAGE_VIEW_LATE_BY_MS`]
 /// behind: late everywhere, dead-lettered.
-pub(crate) fn page_view(i: u64, k: u64, pages: u64, per_window: u64) -> (String, serde_json::Value) {
+pub(crate) fn page_view(
+    i: u64,
+    k: u64,
+    pages: u64,
+    per_window: u64,
+) -> (String, serde_json::Value) {
     let r = mix(i);
     let (burst, j) = (k / per_window, k % per_window);
     let on_time =

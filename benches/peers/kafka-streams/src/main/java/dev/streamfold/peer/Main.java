@@ -7,6 +7,8 @@ import dev.streamfold.peer.app.TopicSetup.Output;
 import dev.streamfold.peer.feed.FeedTopology;
 import dev.streamfold.peer.fold.FoldSpec;
 import dev.streamfold.peer.fold.FoldTopology;
+import dev.streamfold.peer.join.OrdersEnrichedTopology;
+import dev.streamfold.peer.windows.PageViewsTopology;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
@@ -75,6 +77,14 @@ public final class Main {
                         new Output(o.otherEventsTopic, false),
                         new Output(o.deadLetterTopic, false));
             }
+            case PAGE_VIEWS -> {
+                topology = PageViewsTopology.build(o.input, o.output, o.windowMs, o.graceMs);
+                outputs = List.of(new Output(o.output, false), new Output(o.deadLetterTopic, false));
+            }
+            case ORDERS_ENRICHED -> {
+                topology = OrdersEnrichedTopology.build(o.input, o.customersTopic, o.output);
+                outputs = List.of(new Output(o.output, false), new Output(o.deadLetterTopic, false));
+            }
             default -> throw new IllegalStateException();
         }
         String described = "app=" + o.app.name().toLowerCase().replace('_', '-')
@@ -114,7 +124,7 @@ public final class Main {
         }, "peer-shutdown"));
 
         streams.start();
-        status("started " + described + " input=" + o.input + " outputs="
+        status("started " + described + " input=" + String.join(",", o.inputs()) + " outputs="
                 + String.join(",", outputs.stream().map(Output::topic).toList())
                 + " threads=" + o.threads + " commit.interval.ms=" + o.commitIntervalMs);
         stop.await();

@@ -12,21 +12,26 @@ import java.util.Map;
  */
 public final class Options {
     public static final String USAGE = """
-            usage: kafka-streams-peer.sh fold|question-feed [options]
+            usage: kafka-streams-peer.sh fold|question-feed|page-views|orders-enriched [options]
 
-              fold            topologies/social-metrics.yaml: post-metric events folded per account
-              question-feed   topologies/question-feed.yaml: dedup, question projection, thanks totals
+              fold             topologies/social-metrics.yaml: post-metric events folded per account
+              question-feed    topologies/question-feed.yaml: dedup, question projection, thanks totals
+              page-views       topologies/page-views.yaml: views per page and 5-minute window, on close
+              orders-enriched  topologies/orders-enriched.yaml: orders left-joined with a customers table
 
             options (environment variable, default):
               --bootstrap-servers S     (KAFKA_BOOTSTRAP_SERVERS, 127.0.0.1:9092)
-              --application-id ID       (kafka-streams-social-metrics | kafka-streams-question-feed);
+              --application-id ID       (kafka-streams-<topology>, e.g. kafka-streams-social-metrics);
                                         also the consumer group and the internal topics' prefix
-              --input TOPIC             (post-metric-updated | question-feed-events)
-              --output TOPIC            fold: the folded events (kafka-streams-account-metrics-folded)
+              --input TOPIC             (post-metric-updated | question-feed-events | page-views | orders)
+              --output TOPIC            fold: the folded events (kafka-streams-account-metrics-folded);
+                                        page-views: the windows (kafka-streams-page-views-per-5m);
+                                        orders-enriched: the joined orders (kafka-streams-orders-enriched)
+              --customers-topic TOPIC   orders-enriched: the customers table (customers)
               --questions-topic TOPIC   question-feed: read models (kafka-streams-question-read-models)
               --thanks-topic TOPIC      question-feed: thanks totals (kafka-streams-answer-thanks)
               --other-events-topic T    question-feed: other events (kafka-streams-question-feed-other-events)
-              --dead-letter-topic TOPIC (kafka-streams-social-metrics-dlq | kafka-streams-question-feed-dlq)
+              --dead-letter-topic TOPIC (kafka-streams-<topology>-dlq)
               --commit-interval D       (STREAMFOLD_COMMIT_INTERVAL, 100ms)
               --threads N               stream threads (the number of cores)
               --state-dir DIR           (./kafka-streams-state)
@@ -35,15 +40,19 @@ public final class Options {
               --max-events N            fold (FOLD_MAX_EVENTS, 100; "off" disables)
               --punctuation-interval D  how often fold timers are checked (250ms)
               --retention D             question-feed: how long dedup remembers an id (6h)
+              --window D                page-views: the tumbling window (PAGE_VIEWS_WINDOW, 5m)
+              --grace D                 page-views: how long a window takes late views (PAGE_VIEWS_GRACE, 1m)
               -X key=value              any Kafka Streams, consumer or producer property, applied last
 
             Durations: 250ms, 5s, 1m, 1m30s, 6h.
             """;
 
-    /** The two applications. */
+    /** The applications. */
     public enum App {
         FOLD("social-metrics"),
-        QUESTION_FEED("question-feed");
+        QUESTION_FEED("question-feed"),
+        PAGE_VIEWS("page-views"),
+        ORDERS_ENRICHED("orders-enriched");
 
         /** The topology it mirrors (topologies/&lt;name&gt;.yaml). */
         public final String topology;
@@ -62,6 +71,7 @@ public final class Options {
     public String thanksTopic;
     public String otherEventsTopic;
     public String deadLetterTopic;
+    public String customersTopic;
     public long commitIntervalMs;
     public int threads;
     public String stateDir;
@@ -70,6 +80,8 @@ public final class Options {
     public Long maxEvents;
     public long punctuationMs;
     public long retentionMs;
+    public long windowMs;
+    public long graceMs;
     /** {@code -X} properties, in the order given. */
     public final Map<String, String> overrides = new LinkedHashMap<>();
 
@@ -78,7 +90,8 @@ public final class Options {
     /** Parses {@code args}, with {@code env} for what arguments leave out. */
     public static Options parse(String[] args, Map<String, String> env) {
         if (args.length == 0) {
-            throw new IllegalArgumentException("name the application: fold or question-feed");
+            throw new IllegalArgumentException(
+                    "name the application: fold, question-feed, page-views or orders-enriched");
         }
         if (args[0].equals("-h") || args[0].equals("--help")) {
             throw new IllegalArgumentException("");
@@ -87,14 +100,25 @@ public final class Options {
         o.app = switch (args[0]) {
             case "fold" -> App.FOLD;
             case "question-feed" -> App.QUESTION_FEED;
-            default -> throw new IllegalArgumentException(
-                    "unknown application `" + args[0] + "`: expected fold or question-feed");
+            case "page-views" -> App.PAGE_VIEWS;
+            case "orders-enriched" -> App.ORDERS_ENRICHED;
+            default -> throw new IllegalArgumentException("unknown application `" + args[0]
+                    + "`: expected fold, question-feed, page-views or orders-enriched");
         };
-        boolean fold = o.app == App.FOLD;
         o.bootstrapServers = env.getOrDefault("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092");
         o.applicationId = "kafka-streams-" + o.app.topology;
-        o.input = fold ? "post-metric-updated" : "question-feed-events";
-        o.output = "kafka-streams-account-metrics-folded";
+        o.input = switch (o.app) {
+            case FOLD -> "post-metric-updated";
+            case QUESTION_FEED -> "question-feed-events";
+            case PAGE_VIEWS -> "page-views";
+            case ORDERS_ENRICHED -> "orders";
+        };
+        o.output = switch (o.app) {
+            case PAGE_VIEWS -> "kafka-streams-page-views-per-5m";
+            case ORDERS_ENRICHED -> "kafka-streams-orders-enriched";
+            default -> "kafka-streams-account-metrics-folded";
+        };
+        o.customersTopic = "customers";
         o.questionsTopic = "kafka-streams-question-read-models";
         o.thanksTopic = "kafka-streams-answer-thanks";
         o.otherEventsTopic = "kafka-streams-question-feed-other-events";
@@ -107,6 +131,8 @@ public final class Options {
         o.maxEvents = count(env.getOrDefault("FOLD_MAX_EVENTS", "100"));
         o.punctuationMs = 250;
         o.retentionMs = Durations.parse("6h");
+        o.windowMs = Durations.parse(env.getOrDefault("PAGE_VIEWS_WINDOW", "5m"));
+        o.graceMs = Durations.parse(env.getOrDefault("PAGE_VIEWS_GRACE", "1m"));
 
         for (int i = 1; i < args.length; i++) {
             String flag = args[i];
@@ -126,6 +152,7 @@ public final class Options {
                 case "--thanks-topic" -> o.thanksTopic = value;
                 case "--other-events-topic" -> o.otherEventsTopic = value;
                 case "--dead-letter-topic" -> o.deadLetterTopic = value;
+                case "--customers-topic" -> o.customersTopic = value;
                 case "--commit-interval" -> o.commitIntervalMs = Durations.parse(value);
                 case "--threads" -> o.threads = Integer.parseInt(value);
                 case "--state-dir" -> o.stateDir = value;
@@ -134,6 +161,8 @@ public final class Options {
                 case "--max-events" -> o.maxEvents = count(value);
                 case "--punctuation-interval" -> o.punctuationMs = Durations.parse(value);
                 case "--retention" -> o.retentionMs = Durations.parse(value);
+                case "--window" -> o.windowMs = Durations.parse(value);
+                case "--grace" -> o.graceMs = Durations.parse(value);
                 case "-X", "--config" -> {
                     int eq = value.indexOf('=');
                     if (eq <= 0) {
@@ -147,10 +176,18 @@ public final class Options {
         if (o.threads < 1) {
             throw new IllegalArgumentException("--threads must be at least 1");
         }
+        if (o.windowMs < 1) {
+            throw new IllegalArgumentException("--window must be at least 1ms");
+        }
         if (o.commitIntervalMs < 1 || o.punctuationMs < 1) {
             throw new IllegalArgumentException("--commit-interval and --punctuation-interval must be at least 1ms");
         }
         return o;
+    }
+
+    /** The topics the application reads, which must exist before it starts. */
+    public java.util.List<String> inputs() {
+        return app == App.ORDERS_ENRICHED ? java.util.List.of(input, customersTopic) : java.util.List.of(input);
     }
 
     private static Long count(String text) {

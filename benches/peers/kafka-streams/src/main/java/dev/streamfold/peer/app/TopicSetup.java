@@ -24,7 +24,7 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The topics a run needs besides Kafka Streams' internal ones (which it
- * creates itself), as streamfold handles them: wait for the input topic to
+ * creates itself), as streamfold handles them: wait for the input topics to
  * exist, then create the output and dead-letter topics that are missing,
  * with as many partitions as the input (compacted where streamfold's sink
  * says {@code compact: true}).
@@ -50,6 +50,14 @@ public final class TopicSetup {
         }
         try (Admin admin = Admin.create(props)) {
             int partitions = waitFor(admin, o.input, waitForInput);
+            for (String other : o.inputs()) {
+                int found = waitFor(admin, other, waitForInput);
+                if (found != partitions) {
+                    // Kafka Streams would refuse to start; say why first.
+                    throw new IllegalStateException("topic " + other + " has " + found + " partitions and "
+                            + o.input + " " + partitions + ": a join's inputs must be co-partitioned");
+                }
+            }
             List<NewTopic> wanted = new ArrayList<>();
             for (Output out : outputs) {
                 NewTopic topic = new NewTopic(out.topic(), Optional.of(partitions), Optional.empty());

@@ -35,7 +35,7 @@ public enum MergeRule {
     }
 
     /** Merges one event's value (null: the event lacks the field). */
-    void merge(SortedValues acc, JsonNode value) {
+    public void merge(SortedValues acc, JsonNode value) {
         if (value == null) {
             return;
         }

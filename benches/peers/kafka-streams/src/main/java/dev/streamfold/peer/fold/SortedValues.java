@@ -15,11 +15,11 @@ public final class SortedValues {
     private final List<JsonNode> values;
 
     /** Takes {@code values}, already sorted and distinct. */
-    SortedValues(List<JsonNode> values) {
+    public SortedValues(List<JsonNode> values) {
         this.values = values instanceof ArrayList<JsonNode> list ? list : new ArrayList<>(values);
     }
 
-    static SortedValues empty() {
+    public static SortedValues empty() {
         return new SortedValues(new ArrayList<>());
     }
 
@@ -28,7 +28,7 @@ public final class SortedValues {
      * appended after one comparison: ascending ids (sequence numbers,
      * time-ordered ids) are common, and a set of them is built in order.
      */
-    void insert(JsonNode value) {
+    public void insert(JsonNode value) {
         int n = values.size();
         if (n == 0) {
             values.add(value);

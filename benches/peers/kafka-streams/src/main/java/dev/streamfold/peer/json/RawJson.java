@@ -86,6 +86,56 @@ public final class RawJson {
         return nonNull(found);
     }
 
+    /**
+     * The values of the top-level fields {@code names}, in that order
+     * (null when absent or JSON null), read in one pass as
+     * {@link #field} reads one.
+     */
+    public JsonNode[] fields(String... names) {
+        JsonNode[] found = new JsonNode[names.length];
+        if (tree != null) {
+            for (int i = 0; i < names.length; i++) {
+                found[i] = nonNull(tree.get(names[i]));
+            }
+            return found;
+        }
+        try (JsonParser parser = Json.MAPPER.createParser(bytes)) {
+            if (parser.nextToken() != JsonToken.START_OBJECT) {
+                for (int i = 0; i < names.length; i++) {
+                    found[i] = nonNull(tree().get(names[i]));
+                }
+                return found;
+            }
+            for (JsonToken token = parser.nextToken(); token != JsonToken.END_OBJECT; token = parser.nextToken()) {
+                String name = parser.currentName();
+                parser.nextToken();
+                int wanted = -1;
+                for (int i = 0; i < names.length; i++) {
+                    if (names[i].equals(name)) {
+                        wanted = i;
+                        break;
+                    }
+                }
+                if (wanted >= 0) {
+                    found[wanted] = VALUE_IN_STREAM.readValue(parser);
+                } else {
+                    parser.skipChildren();
+                }
+            }
+            if (parser.nextToken() != null) {
+                throw new BadRecord("value is not valid JSON: text after the value");
+            }
+        } catch (JsonProcessingException e) {
+            throw new BadRecord("value is not valid JSON: " + e.getOriginalMessage());
+        } catch (IOException e) {
+            throw new BadRecord("value is not valid JSON: " + e.getMessage());
+        }
+        for (int i = 0; i < found.length; i++) {
+            found[i] = nonNull(found[i]);
+        }
+        return found;
+    }
+
     private static JsonNode nonNull(JsonNode value) {
         return value == null || value.isNull() ? null : value;
     }

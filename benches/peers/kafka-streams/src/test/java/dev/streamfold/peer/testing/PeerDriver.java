@@ -5,6 +5,8 @@ import dev.streamfold.peer.app.StreamsSettings;
 import dev.streamfold.peer.feed.FeedTopology;
 import dev.streamfold.peer.fold.FoldSpec;
 import dev.streamfold.peer.fold.FoldTopology;
+import dev.streamfold.peer.join.OrdersEnrichedTopology;
+import dev.streamfold.peer.windows.PageViewsTopology;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.Files;
@@ -65,34 +67,39 @@ public final class PeerDriver implements AutoCloseable {
             throw new UncheckedIOException(e);
         }
         List<String> all = new ArrayList<>(List.of(args));
-        boolean fold = args[0].equals("fold");
         all.addAll(List.of("--state-dir", stateDir.toString(), "--application-id", "peer-test"));
-        if (fold) {
-            all.addAll(List.of("--input", "post-metric-updated", "--output", "account-metrics-folded",
+        switch (args[0]) {
+            case "fold" -> all.addAll(List.of("--input", "post-metric-updated", "--output", "account-metrics-folded",
                     "--dead-letter-topic", "social-metrics-dlq"));
-        } else {
-            all.addAll(List.of("--input", "question-feed-events", "--questions-topic", "question-read-models",
-                    "--thanks-topic", "answer-thanks", "--other-events-topic", "question-feed-other-events",
-                    "--dead-letter-topic", "question-feed-dlq"));
+            case "page-views" -> all.addAll(List.of("--input", "page-views", "--output", "page-views-per-5m",
+                    "--dead-letter-topic", "page-views-dlq"));
+            case "orders-enriched" -> all.addAll(List.of("--input", "orders", "--customers-topic", "customers",
+                    "--output", "orders-enriched", "--dead-letter-topic", "orders-enriched-dlq"));
+            default -> all.addAll(List.of("--input", "question-feed-events", "--questions-topic",
+                    "question-read-models", "--thanks-topic", "answer-thanks", "--other-events-topic",
+                    "question-feed-other-events", "--dead-letter-topic", "question-feed-dlq"));
         }
         Options o = Options.parse(all.toArray(String[]::new), Map.of());
-        Topology topology = fold
-                ? FoldTopology.build(FoldSpec.socialMetrics(o.quietForMs, o.maxWaitMs, o.maxEvents, o.punctuationMs),
-                        o.input, o.output)
-                : FeedTopology.build(new FeedTopology.Topics(o.input, o.questionsTopic, o.thanksTopic,
-                        o.otherEventsTopic), o.retentionMs);
+        Topology topology = switch (o.app) {
+            case FOLD -> FoldTopology.build(
+                    FoldSpec.socialMetrics(o.quietForMs, o.maxWaitMs, o.maxEvents, o.punctuationMs), o.input, o.output);
+            case QUESTION_FEED -> FeedTopology.build(new FeedTopology.Topics(o.input, o.questionsTopic, o.thanksTopic,
+                    o.otherEventsTopic), o.retentionMs);
+            case PAGE_VIEWS -> PageViewsTopology.build(o.input, o.output, o.windowMs, o.graceMs);
+            case ORDERS_ENRICHED -> OrdersEnrichedTopology.build(o.input, o.customersTopic, o.output);
+        };
         return new PeerDriver(o, topology, stateDir);
     }
 
     /** The topics the application writes, dead letters included. */
     public List<String> outputTopics() {
-        return options.app == Options.App.FOLD
-                ? List.of(options.output, options.deadLetterTopic)
-                : List.of(options.questionsTopic, options.thanksTopic, options.otherEventsTopic,
-                        options.deadLetterTopic);
+        return options.app == Options.App.QUESTION_FEED
+                ? List.of(options.questionsTopic, options.thanksTopic, options.otherEventsTopic,
+                        options.deadLetterTopic)
+                : List.of(options.output, options.deadLetterTopic);
     }
 
-    /** Sends {@code value} (JSON text, or any text) now, timestamped now. */
+    /** Sends {@code value} (JSON text, or any text; null: a tombstone) now, timestamped now. */
     public void send(String topic, String key, String value) {
         inputs.computeIfAbsent(topic, t -> driver.createInputTopic(t, new StringSerializer(), new StringSerializer()))
                 .pipeInput(key, value, now);
