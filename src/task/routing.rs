@@ -56,7 +56,6 @@ pub(crate) fn rekey(key: Option<&[u8]>, field: Option<&Value>) -> Rekeyed {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
