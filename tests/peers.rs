@@ -42,6 +42,37 @@ const IN_PLACE: u64 = 25;
 const MOVED: u64 = 10;
 const PARTITIONS: i32 = 4;
 
+/// Starts streamfold on `topology` (a path in the repository) as
+/// application `app`, with `env` besides.
+fn start_streamfold(topology: &str, app: &str, env: &[(&str, &str)], dir: &std::path::Path) -> App {
+    let config = AppConfig {
+        topology: repo().join(topology),
+        instance: "peers".into(),
+        state_dir: dir.join(app),
+        env: env_vars(env),
+        txn_header: false,
+        args: Vec::new(),
+    };
+    App::start(&config, dir)
+}
+
+/// Starts the peer's `app` as application `id` with `args` (topics and
+/// parameters), committing every 100 ms as streamfold does.
+fn start_peer(app: PeerApp, id: &str, args: &[&str], dir: &std::path::Path) -> KafkaStreamsPeer {
+    let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    args.extend(["--commit-interval".into(), "100ms".into()]);
+    KafkaStreamsPeer::start(
+        &PeerConfig {
+            app,
+            application_id: id.to_string(),
+            state_dir: dir.join(id),
+            args,
+            heap: Some("384m".into()),
+        },
+        dir,
+    )
+}
+
 /// Records by key, each key's JSON values in order. Objects compare
 /// field for field whatever the order of their fields: streamfold writes
 /// them sorted, the peer in the order the rules build them.
@@ -127,11 +158,10 @@ fn the_peer_folds_as_streamfold_does() {
     // streamfold: topologies/social-metrics.yaml, max_events closes only.
     let app = unique("peers-sf");
     let (folded, dlq) = (format!("{app}-folded"), format!("{app}-dlq"));
-    let config = AppConfig {
-        topology: repo().join("topologies/social-metrics.yaml"),
-        instance: "peers".into(),
-        state_dir: dir.path().join(&app),
-        env: env_vars(&[
+    let streamfold = start_streamfold(
+        "topologies/social-metrics.yaml",
+        &app,
+        &[
             ("STREAMFOLD_APP", &app),
             ("POST_METRICS_TOPIC", &input),
             ("FOLDED_TOPIC", &folded),
@@ -139,11 +169,9 @@ fn the_peer_folds_as_streamfold_does() {
             ("FOLD_QUIET_FOR", "1h"),
             ("FOLD_MAX_WAIT", "1h"),
             ("FOLD_MAX_EVENTS", &MAX_EVENTS.to_string()),
-        ]),
-        txn_header: false,
-        args: Vec::new(),
-    };
-    let streamfold = App::start(&config, dir.path());
+        ],
+        dir.path(),
+    );
     let ours = read_topic(
         &folded,
         folds,
@@ -156,31 +184,23 @@ fn the_peer_folds_as_streamfold_does() {
     // The peer, same input, same parameters.
     let peer_id = unique("peers-ks");
     let (peer_folded, peer_dlq) = (format!("{peer_id}-folded"), format!("{peer_id}-dlq"));
-    let peer = KafkaStreamsPeer::start(
-        &PeerConfig {
-            app: PeerApp::Fold,
-            application_id: peer_id.clone(),
-            state_dir: dir.path().join(&peer_id),
-            args: [
-                "--input",
-                &input,
-                "--output",
-                &peer_folded,
-                "--dead-letter-topic",
-                &peer_dlq,
-                "--quiet-for",
-                "1h",
-                "--max-wait",
-                "1h",
-                "--max-events",
-                &MAX_EVENTS.to_string(),
-                "--commit-interval",
-                "100ms",
-            ]
-            .map(String::from)
-            .to_vec(),
-            heap: Some("384m".into()),
-        },
+    let peer = start_peer(
+        PeerApp::Fold,
+        &peer_id,
+        &[
+            "--input",
+            &input,
+            "--output",
+            &peer_folded,
+            "--dead-letter-topic",
+            &peer_dlq,
+            "--quiet-for",
+            "1h",
+            "--max-wait",
+            "1h",
+            "--max-events",
+            &MAX_EVENTS.to_string(),
+        ],
         dir.path(),
     );
     peer.wait_running(Duration::from_secs(180));
@@ -263,22 +283,19 @@ fn the_peer_projects_the_question_feed_as_streamfold_does() {
 
     let app = unique("peers-sf");
     let ours = outputs(&app);
-    let config = AppConfig {
-        topology: repo().join("topologies/question-feed.yaml"),
-        instance: "peers".into(),
-        state_dir: dir.path().join(&app),
-        env: env_vars(&[
+    let streamfold = start_streamfold(
+        "topologies/question-feed.yaml",
+        &app,
+        &[
             ("STREAMFOLD_APP", &app),
             ("FEED_EVENTS_TOPIC", &input),
             ("QUESTIONS_TOPIC", &ours[0]),
             ("THANKS_TOPIC", &ours[1]),
             ("OTHER_EVENTS_TOPIC", &ours[2]),
             ("DEAD_LETTER_TOPIC", &ours[3]),
-        ]),
-        txn_header: false,
-        args: Vec::new(),
-    };
-    let streamfold = App::start(&config, dir.path());
+        ],
+        dir.path(),
+    );
     wait_committed_to(&streamfold, &app, &input, &ends, Duration::from_secs(180));
     streamfold.stop();
     let ours: Vec<Vec<Consumed>> = ours
@@ -288,29 +305,21 @@ fn the_peer_projects_the_question_feed_as_streamfold_does() {
 
     let peer_id = unique("peers-ks");
     let theirs = outputs(&peer_id);
-    let peer = KafkaStreamsPeer::start(
-        &PeerConfig {
-            app: PeerApp::QuestionFeed,
-            application_id: peer_id.clone(),
-            state_dir: dir.path().join(&peer_id),
-            args: [
-                "--input",
-                &input,
-                "--questions-topic",
-                &theirs[0],
-                "--thanks-topic",
-                &theirs[1],
-                "--other-events-topic",
-                &theirs[2],
-                "--dead-letter-topic",
-                &theirs[3],
-                "--commit-interval",
-                "100ms",
-            ]
-            .map(String::from)
-            .to_vec(),
-            heap: Some("384m".into()),
-        },
+    let peer = start_peer(
+        PeerApp::QuestionFeed,
+        &peer_id,
+        &[
+            "--input",
+            &input,
+            "--questions-topic",
+            &theirs[0],
+            "--thanks-topic",
+            &theirs[1],
+            "--other-events-topic",
+            &theirs[2],
+            "--dead-letter-topic",
+            &theirs[3],
+        ],
         dir.path(),
     );
     peer.wait_running(Duration::from_secs(180));
@@ -443,21 +452,16 @@ fn the_peer_counts_page_views_per_window_as_streamfold_does() {
 
     let app = unique("peers-sf");
     let (ours, our_dlq) = (format!("{app}-views"), format!("{app}-dlq"));
-    let streamfold = App::start(
-        &AppConfig {
-            topology: repo().join("topologies/page-views.yaml"),
-            instance: "peers".into(),
-            state_dir: dir.path().join(&app),
-            env: env_vars(&[
-                ("STREAMFOLD_APP", &app),
-                ("PAGE_VIEWS_TOPIC", &input),
-                ("PAGE_VIEWS_COUNTS_TOPIC", &ours),
-                ("DEAD_LETTER_TOPIC", &our_dlq),
-                ("STREAMFOLD_IDLE_ADVANCE", "1h"),
-            ]),
-            txn_header: false,
-            args: Vec::new(),
-        },
+    let streamfold = start_streamfold(
+        "topologies/page-views.yaml",
+        &app,
+        &[
+            ("STREAMFOLD_APP", &app),
+            ("PAGE_VIEWS_TOPIC", &input),
+            ("PAGE_VIEWS_COUNTS_TOPIC", &ours),
+            ("DEAD_LETTER_TOPIC", &our_dlq),
+            ("STREAMFOLD_IDLE_ADVANCE", "1h"),
+        ],
         dir.path(),
     );
     wait_committed_to(&streamfold, &app, &input, &ends, Duration::from_secs(180));
@@ -465,29 +469,21 @@ fn the_peer_counts_page_views_per_window_as_streamfold_does() {
 
     let peer_id = unique("peers-ks");
     let (theirs, their_dlq) = (format!("{peer_id}-views"), format!("{peer_id}-dlq"));
-    let peer = KafkaStreamsPeer::start(
-        &PeerConfig {
-            app: PeerApp::PageViews,
-            application_id: peer_id.clone(),
-            state_dir: dir.path().join(&peer_id),
-            args: [
-                "--input",
-                &input,
-                "--output",
-                &theirs,
-                "--dead-letter-topic",
-                &their_dlq,
-                "--window",
-                "5m",
-                "--grace",
-                "1m",
-                "--commit-interval",
-                "100ms",
-            ]
-            .map(String::from)
-            .to_vec(),
-            heap: Some("384m".into()),
-        },
+    let peer = start_peer(
+        PeerApp::PageViews,
+        &peer_id,
+        &[
+            "--input",
+            &input,
+            "--output",
+            &theirs,
+            "--dead-letter-topic",
+            &their_dlq,
+            "--window",
+            "5m",
+            "--grace",
+            "1m",
+        ],
         dir.path(),
     );
     peer.wait_running(Duration::from_secs(180));
@@ -534,46 +530,33 @@ fn the_peer_enriches_orders_as_streamfold_does() {
 
     let app = unique("peers-sf");
     let (ours, our_dlq) = (format!("{app}-enriched"), format!("{app}-dlq"));
-    let streamfold = App::start(
-        &AppConfig {
-            topology: repo().join("topologies/orders-enriched.yaml"),
-            instance: "peers".into(),
-            state_dir: dir.path().join(&app),
-            env: env_vars(&[
-                ("STREAMFOLD_APP", &app),
-                ("ORDERS_TOPIC", &orders),
-                ("CUSTOMERS_TOPIC", &customers),
-                ("ENRICHED_ORDERS_TOPIC", &ours),
-                ("DEAD_LETTER_TOPIC", &our_dlq),
-            ]),
-            txn_header: false,
-            args: Vec::new(),
-        },
+    let streamfold = start_streamfold(
+        "topologies/orders-enriched.yaml",
+        &app,
+        &[
+            ("STREAMFOLD_APP", &app),
+            ("ORDERS_TOPIC", &orders),
+            ("CUSTOMERS_TOPIC", &customers),
+            ("ENRICHED_ORDERS_TOPIC", &ours),
+            ("DEAD_LETTER_TOPIC", &our_dlq),
+        ],
         dir.path(),
     );
     let peer_id = unique("peers-ks");
     let (theirs, their_dlq) = (format!("{peer_id}-enriched"), format!("{peer_id}-dlq"));
-    let peer = KafkaStreamsPeer::start(
-        &PeerConfig {
-            app: PeerApp::OrdersEnriched,
-            application_id: peer_id.clone(),
-            state_dir: dir.path().join(&peer_id),
-            args: [
-                "--input",
-                &orders,
-                "--customers-topic",
-                &customers,
-                "--output",
-                &theirs,
-                "--dead-letter-topic",
-                &their_dlq,
-                "--commit-interval",
-                "100ms",
-            ]
-            .map(String::from)
-            .to_vec(),
-            heap: Some("384m".into()),
-        },
+    let peer = start_peer(
+        PeerApp::OrdersEnriched,
+        &peer_id,
+        &[
+            "--input",
+            &orders,
+            "--customers-topic",
+            &customers,
+            "--output",
+            &theirs,
+            "--dead-letter-topic",
+            &their_dlq,
+        ],
         dir.path(),
     );
     peer.wait_running(Duration::from_secs(180));

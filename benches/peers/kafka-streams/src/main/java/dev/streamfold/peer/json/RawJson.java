@@ -58,32 +58,7 @@ public final class RawJson {
      * last value, as the parsed tree does.
      */
     public JsonNode field(String name) {
-        if (tree != null) {
-            return nonNull(tree.get(name));
-        }
-        JsonNode found = null;
-        try (JsonParser parser = Json.MAPPER.createParser(bytes)) {
-            if (parser.nextToken() != JsonToken.START_OBJECT) {
-                return nonNull(tree().get(name));
-            }
-            for (JsonToken token = parser.nextToken(); token != JsonToken.END_OBJECT; token = parser.nextToken()) {
-                boolean wanted = parser.currentName().equals(name);
-                parser.nextToken();
-                if (wanted) {
-                    found = VALUE_IN_STREAM.readValue(parser);
-                } else {
-                    parser.skipChildren();
-                }
-            }
-            if (parser.nextToken() != null) {
-                throw new BadRecord("value is not valid JSON: text after the value");
-            }
-        } catch (JsonProcessingException e) {
-            throw new BadRecord("value is not valid JSON: " + e.getOriginalMessage());
-        } catch (IOException e) {
-            throw new BadRecord("value is not valid JSON: " + e.getMessage());
-        }
-        return nonNull(found);
+        return fields(name)[0];
     }
 
     /**
