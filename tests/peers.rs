@@ -367,26 +367,18 @@ fn the_peer_projects_the_question_feed_as_streamfold_does() {
     );
 }
 
-/// Waits until `group` has committed each partition of `topic` to `ends`,
-/// with `alive` asserting meanwhile that the system under test runs.
-fn wait_group_at(group: &str, topic: &str, ends: &[i64], alive: &dyn Fn()) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    loop {
-        let committed = group_committed(group, topic, ends.len());
-        if committed
-            .iter()
-            .zip(ends)
-            .all(|(c, e)| c == e || (*e == 0 && *c == -1))
-        {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{group} committed {committed:?} of {topic}, whose end is {ends:?}, within 180 s"
-        );
-        alive();
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// Waits until the peer's group has committed each partition of `topic`
+/// to `ends`.
+fn wait_peer_at(peer: &KafkaStreamsPeer, group: &str, topic: &str, ends: &[i64]) {
+    let timeout = Duration::from_secs(180);
+    wait_group_committed_to(
+        group,
+        topic,
+        ends,
+        timeout,
+        &|| peer.assert_running(),
+        &|| peer.log_tail(60),
+    );
 }
 
 /// Each system's records on `topic`, read to its end, by key (values as
@@ -487,7 +479,7 @@ fn the_peer_counts_page_views_per_window_as_streamfold_does() {
         dir.path(),
     );
     peer.wait_running(Duration::from_secs(180));
-    wait_group_at(&peer_id, &input, &ends, &|| peer.assert_running());
+    wait_peer_at(&peer, &peer_id, &input, &ends);
     // The windows are counted after the repartition topic, whose offsets
     // the test does not know: wait for as many as streamfold wrote.
     let ours = outputs_by_key(&ours);
@@ -595,7 +587,7 @@ fn the_peer_enriches_orders_as_streamfold_does() {
         &table_ends,
         Duration::from_secs(180),
     );
-    wait_group_at(&peer_id, &customers, &table_ends, &|| peer.assert_running());
+    wait_peer_at(&peer, &peer_id, &customers, &table_ends);
 
     // Orders keyed by order id, for customers 0..35 (30..35 have no row).
     for i in 0..140usize {
@@ -624,7 +616,7 @@ fn the_peer_enriches_orders_as_streamfold_does() {
         &order_ends,
         Duration::from_secs(180),
     );
-    wait_group_at(&peer_id, &orders, &order_ends, &|| peer.assert_running());
+    wait_peer_at(&peer, &peer_id, &orders, &order_ends);
     streamfold.stop();
     read_topic(&theirs, 140, Duration::ZERO, Duration::from_secs(180));
     peer.stop();

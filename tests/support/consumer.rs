@@ -295,6 +295,26 @@ pub fn group_committed_on(
 /// Waits until `group` has committed `topic` up to `end` (per partition),
 /// checking `app` is alive meanwhile.
 pub fn wait_committed_to(app: &App, group: &str, topic: &str, end: &[i64], timeout: Duration) {
+    wait_group_committed_to(
+        group,
+        topic,
+        end,
+        timeout,
+        &|| app.assert_running(),
+        &|| app.log_text(),
+    );
+}
+
+/// [`wait_committed_to`] for any process: `alive` asserts it still runs,
+/// `log` is what a timeout shows of it.
+pub fn wait_group_committed_to(
+    group: &str,
+    topic: &str,
+    end: &[i64],
+    timeout: Duration,
+    alive: &dyn Fn(),
+    log: &dyn Fn() -> String,
+) {
     let deadline = Instant::now() + timeout;
     loop {
         let committed = group_committed(group, topic, end.len());
@@ -308,9 +328,9 @@ pub fn wait_committed_to(app: &App, group: &str, topic: &str, end: &[i64], timeo
         assert!(
             Instant::now() < deadline,
             "{group} committed {committed:?} of {topic}, whose end is {end:?}, within {timeout:?}; log:\n{}",
-            app.log_text()
+            log()
         );
-        app.assert_running();
+        alive();
         std::thread::sleep(Duration::from_millis(200));
     }
 }
